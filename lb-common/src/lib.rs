@@ -1,0 +1,22 @@
+//! The ABI shared by the XDP programs (`lb-ebpf`) and the agent (`lb-userspace`).
+//!
+//! Contract:
+//! - Every map key and value is `#[repr(C)]`, `Copy`, has no implicit padding (explicit
+//!   `_pad` fields instead) and a compile-time size assertion, so the kernel and
+//!   userspace agree byte for byte.
+//! - Fields that hold network-byte-order data end in `_be`: their in-memory bytes are the
+//!   bytes on the wire, which is what the XDP program reads straight out of a packet.
+//! - Flags and modes are `u32`, never `bool`.
+//! - Map names are part of the ABI (maps are pinned by name); a layout change gets a new
+//!   name with a version suffix.
+//!
+//! With the `user` feature every key and value implements `aya::Pod`.
+#![no_std]
+
+pub mod counters;
+pub mod hash;
+pub mod maps;
+
+pub use counters::{Counter, VipStats};
+pub use hash::flow_hash_v4;
+pub use maps::{BackendSlot, ForwardingMode, GlobalConfig, VipInfo, VipKey};

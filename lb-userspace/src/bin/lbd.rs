@@ -1,0 +1,71 @@
+//! `lbd`: the load-balancer node agent.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+use clap::Parser;
+use lb_userspace::{agent::Agent, config};
+
+/// Load-balancer node agent: steers VIP traffic to backends with XDP.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Configuration file (TOML).
+    #[arg(short, long, default_value = "/etc/lbd/lbd.toml")]
+    config: PathBuf,
+    /// Validate the configuration and exit: 0 if valid, 1 with the error if not.
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("lbd: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = config::load(&args.config)?;
+    if args.check_config {
+        println!(
+            "{}: ok ({} services)",
+            args.config.display(),
+            config.services.len()
+        );
+        return Ok(());
+    }
+    let agent = Agent::start(config).context("starting the data plane")?;
+    let node = &agent.config().node;
+    log::info!(
+        "attached to {} ({:?} XDP), {} services",
+        node.interface,
+        node.xdp_mode,
+        agent.config().services.len()
+    );
+    wait_for_shutdown_signal()?;
+    log::info!("shutting down: detaching from {}", node.interface);
+    agent.shutdown().context("shutting down")?;
+    Ok(())
+}
+
+/// Blocks until SIGINT or SIGTERM.
+fn wait_for_shutdown_signal() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal runtime")?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+        tokio::select! {
+            res = tokio::signal::ctrl_c() => res.context("SIGINT handler"),
+            _ = term.recv() => Ok(()),
+        }
+    })
+}

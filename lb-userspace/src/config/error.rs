@@ -1,0 +1,40 @@
+//! Configuration errors: each says what was wrong and where.
+
+/// A configuration file could not be used. The agent keeps its last good state.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// Path of the file.
+        file: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or does not match the schema (unknown field, wrong type,
+    /// unparsable address, unknown enum value).
+    #[error("{file}:{line}:{column}: {message}")]
+    Syntax {
+        /// Path of the file.
+        file: String,
+        /// 1-based line, 0 when unknown.
+        line: usize,
+        /// 1-based column, 0 when unknown.
+        column: usize,
+        /// The parser's message, naming the field where it can.
+        message: String,
+    },
+    /// A value parses but is not acceptable.
+    #[error("{file}:{line}: {field}: {problem}")]
+    Invalid {
+        /// Path of the file.
+        file: String,
+        /// 1-based line of the enclosing table, 0 when not tied to one.
+        line: usize,
+        /// Dotted path of the offending field.
+        field: String,
+        /// What is wrong and what would be accepted.
+        problem: String,
+    },
+}

@@ -1,0 +1,157 @@
+//! The agent's TOML configuration: parsed with serde (unknown fields rejected), then
+//! validated once into typed values. Every error names the file, the line and the field.
+
+mod error;
+mod model;
+
+use std::{collections::HashSet, net::Ipv4Addr, path::Path};
+
+pub use error::ConfigError;
+pub use model::{
+    BackendConfig, Config, ForwardingModeConfig, NodeConfig, Protocol, ServiceConfig, XdpMode,
+};
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidConfig {
+    /// Node settings.
+    pub node: NodeConfig,
+    /// Services in file order; each has a unique (VIP, port, protocol).
+    pub services: Vec<ServiceConfig>,
+}
+
+/// Reads, parses and validates a config file.
+///
+/// # Errors
+/// [`ConfigError`] naming the file, and where known the line, column and field.
+pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: path.display().to_string(),
+        source,
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Parses and validates config text; `file` names it in errors.
+///
+/// # Errors
+/// [`ConfigError::Syntax`] for TOML and schema errors (unknown field, wrong type, bad
+/// address), [`ConfigError::Invalid`] for values that parse but make no sense.
+pub fn parse(text: &str, file: &str) -> Result<ValidConfig, ConfigError> {
+    let raw: Config = toml::from_str(text).map_err(|err| {
+        let (line, column) = err.span().map_or((0, 0), |span| line_col(text, span.start));
+        ConfigError::Syntax {
+            file: file.to_owned(),
+            line,
+            column,
+            message: err.message().to_owned(),
+        }
+    })?;
+    validate(raw, text, file)
+}
+
+fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigError> {
+    let invalid = |span: std::ops::Range<usize>, field: String, problem: String| {
+        let (line, _) = line_col(text, span.start);
+        ConfigError::Invalid {
+            file: file.to_owned(),
+            line,
+            field,
+            problem,
+        }
+    };
+    let mut seen_vips = HashSet::new();
+    let mut seen_names = HashSet::new();
+    let mut services = Vec::with_capacity(raw.service.len());
+    for (i, spanned) in raw.service.into_iter().enumerate() {
+        let span = spanned.span();
+        let svc = spanned.into_inner();
+        let at = |field: &str| format!("service[{i}] ({}).{field}", svc.name);
+        if svc.name.is_empty() {
+            return Err(invalid(
+                span,
+                format!("service[{i}].name"),
+                "must not be empty".into(),
+            ));
+        }
+        if !seen_names.insert(svc.name.clone()) {
+            return Err(invalid(span, at("name"), "duplicate service name".into()));
+        }
+        if svc.port == 0 {
+            return Err(invalid(span, at("port"), "must be 1-65535".into()));
+        }
+        if !seen_vips.insert((svc.vip, svc.port, svc.protocol)) {
+            return Err(invalid(
+                span,
+                at("vip"),
+                format!(
+                    "{}:{}/{} is already served by another service",
+                    svc.vip, svc.port, svc.protocol
+                ),
+            ));
+        }
+        if svc.backends.len() > lb_common::maps::MAX_BACKENDS_PER_SERVICE as usize {
+            return Err(invalid(
+                span,
+                at("backends"),
+                format!(
+                    "{} backends; at most {} are supported per service",
+                    svc.backends.len(),
+                    lb_common::maps::MAX_BACKENDS_PER_SERVICE
+                ),
+            ));
+        }
+        let mut seen_backends = HashSet::new();
+        for (j, b) in svc.backends.iter().enumerate() {
+            if b.address.is_unspecified() || b.address == Ipv4Addr::BROADCAST {
+                return Err(invalid(
+                    span.clone(),
+                    at(&format!("backends[{j}].address")),
+                    format!("{} is not a usable backend address", b.address),
+                ));
+            }
+            if !seen_backends.insert(b.address) {
+                return Err(invalid(
+                    span.clone(),
+                    at(&format!("backends[{j}].address")),
+                    format!("duplicate backend {}", b.address),
+                ));
+            }
+        }
+        services.push(svc);
+    }
+    if services.len() > lb_common::maps::MAX_SERVICES as usize {
+        return Err(ConfigError::Invalid {
+            file: file.to_owned(),
+            line: 0,
+            field: "service".into(),
+            problem: format!(
+                "at most {} services are supported",
+                lb_common::maps::MAX_SERVICES
+            ),
+        });
+    }
+    if raw.node.interface.is_empty() {
+        return Err(ConfigError::Invalid {
+            file: file.to_owned(),
+            line: 0,
+            field: "node.interface".into(),
+            problem: "must name the interface to attach to".into(),
+        });
+    }
+    Ok(ValidConfig {
+        node: raw.node,
+        services,
+    })
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |p| p + 1) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+use super::*;
+
+const GOOD: &str = r#"
+[node]
+interface = "eth0"
+xdp_mode = "generic"
+
+[[service]]
+name = "web"
+vip = "198.18.0.100"
+port = 80
+backends = [{ address = "198.18.0.11" }, { address = "198.18.0.12" }]
+
+[[service]]
+name = "dns"
+vip = "198.18.0.100"
+port = 53
+protocol = "udp"
+backends = [{ address = "198.18.0.11" }]
+"#;
+
+fn err(text: &str) -> String {
+    parse(text, "lbd.toml")
+        .expect_err("config should be rejected")
+        .to_string()
+}
+
+#[test]
+fn parses_a_good_file() {
+    let cfg = parse(GOOD, "lbd.toml").expect("valid");
+    assert_eq!(cfg.node.interface, "eth0");
+    assert_eq!(cfg.node.xdp_mode, XdpMode::Generic);
+    assert_eq!(cfg.node.hash_seed, 0x5eed);
+    assert_eq!(cfg.services.len(), 2);
+    assert_eq!(cfg.services[1].protocol, Protocol::Udp);
+    assert_eq!(
+        cfg.services[0].backends[1].address,
+        Ipv4Addr::new(198, 18, 0, 12)
+    );
+}
+
+#[test]
+fn unknown_field_names_file_line_and_field() {
+    let text = GOOD.replace("port = 80", "port = 80\nweigth = 3");
+    let e = err(&text);
+    assert!(e.starts_with("lbd.toml:10:"), "{e}");
+    assert!(e.contains("unknown field `weigth`"), "{e}");
+}
+
+#[test]
+fn bad_address_names_the_line() {
+    let e = err(&GOOD.replace("198.18.0.12", "198.18.0.300"));
+    assert!(e.starts_with("lbd.toml:10:54:"), "{e}");
+    assert!(e.contains("invalid IPv4 address"), "{e}");
+}
+
+#[test]
+fn unknown_mode_lists_the_choices() {
+    let e = err(&GOOD.replace("protocol = \"udp\"", "protocol = \"sctp\""));
+    assert!(e.contains("unknown variant `sctp`"), "{e}");
+    assert!(e.contains("tcp"), "{e}");
+}
+
+#[test]
+fn duplicate_vip_is_invalid() {
+    let e = err(&GOOD.replace("port = 53\nprotocol = \"udp\"", "port = 80"));
+    assert!(e.contains("service[1] (dns).vip"), "{e}");
+    assert!(e.contains("198.18.0.100:80/tcp is already served"), "{e}");
+    assert!(e.starts_with("lbd.toml:12:"), "{e}");
+}
+
+#[test]
+fn port_zero_is_invalid() {
+    let e = err(&GOOD.replace("port = 80", "port = 0"));
+    assert!(e.contains("service[0] (web).port: must be 1-65535"), "{e}");
+}
+
+#[test]
+fn port_out_of_range_is_a_syntax_error() {
+    let e = err(&GOOD.replace("port = 80", "port = 70000"));
+    assert!(e.starts_with("lbd.toml:9:"), "{e}");
+}
+
+#[test]
+fn duplicate_backend_is_invalid() {
+    let e = err(&GOOD.replace("198.18.0.12", "198.18.0.11"));
+    assert!(
+        e.contains("backends[1].address: duplicate backend 198.18.0.11"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_node_section_is_reported() {
+    let e = err("[[service]]\nname = \"a\"\nvip = \"198.18.0.1\"\nport = 1\n");
+    assert!(e.contains("missing field `node`"), "{e}");
+}
+
+#[test]
+fn unreadable_file_names_it() {
+    let e = load(Path::new("/nonexistent/lbd.toml")).expect_err("missing file");
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/lbd.toml: cannot read"),
+        "{e}"
+    );
+}
+
+#[test]
+fn line_col_counts_from_one() {
+    assert_eq!(line_col("ab\ncd", 0), (1, 1));
+    assert_eq!(line_col("ab\ncd", 4), (2, 2));
+}

@@ -1,0 +1,164 @@
+//! `lbd` run as a real process inside a namespace.
+
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::Netns;
+
+/// Path of the `lbd` binary: `$LBD_BIN`, else the workspace's debug build.
+pub fn lbd_binary() -> PathBuf {
+    let path = std::env::var_os("LBD_BIN")
+        .map_or_else(|| crate::target_dir().join("debug/lbd"), PathBuf::from);
+    assert!(
+        path.exists(),
+        "{} not found: build it first (`cargo build -p lb-userspace`) or run `cargo xtask test`",
+        path.display()
+    );
+    path
+}
+
+/// A running `lbd`; sent SIGTERM and reaped on drop.
+#[derive(Debug)]
+pub struct LbdProcess {
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: TempDir,
+}
+
+impl LbdProcess {
+    /// Writes `config` to a temporary file and starts `lbd` on it inside `ns`, then
+    /// waits (at most 20 s) until it reports the program attached.
+    pub fn start(ns: &Netns, config: &str) -> Self {
+        let dir = TempDir::new("lbd");
+        let config_path = dir.path().join("lbd.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let log = dir.path().join("lbd.log");
+        let log_file = std::fs::File::create(&log).expect("create log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns.name()])
+            .arg(lbd_binary())
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("dup log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn lbd");
+        let mut lbd = Self {
+            child: Some(child),
+            log,
+            _dir: dir,
+        };
+        lbd.wait_for_log("attached to", Duration::from_secs(20));
+        lbd
+    }
+
+    /// Everything `lbd` has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_for_log(&mut self, needle: &str, limit: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if self.log().contains(needle) {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "lbd exited with {status} before {needle:?}:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "lbd did not log {needle:?} within {limit:?}:\n{}",
+            self.log()
+        );
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit code and the log.
+    pub fn stop(mut self) -> (Option<i32>, String) {
+        let status = self.terminate();
+        (status, self.log())
+    }
+
+    fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        // `ip netns exec` execs lbd, so the child pid is lbd's.
+        // SAFETY: kill on a pid we own and have not reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+impl Drop for LbdProcess {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// Runs `lbd` with `args` to completion (e.g. `--check-config`), returning its exit code
+/// and combined output.
+pub fn run_lbd(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(lbd_binary())
+        .args(args)
+        .output()
+        .expect("run lbd");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+/// A temporary directory removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates a fresh directory under the system temp dir.
+    pub fn new(prefix: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("lbt-{prefix}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        Self(path)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes a file in the directory and returns its path.
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.0.join(name);
+        let mut f = std::fs::File::create(&path).expect("create file");
+        f.write_all(contents.as_bytes()).expect("write file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

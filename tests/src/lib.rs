@@ -1,0 +1,44 @@
+//! The network-namespace test bed shared by the root-only integration tests and
+//! `cargo xtask demo`.
+//!
+//! Everything here creates uniquely named namespaces and removes them on drop, also
+//! when a test panics. Nothing touches the host's own interfaces. Addresses come from
+//! 198.18.0.0/15.
+
+pub mod lbd;
+pub mod netns;
+pub mod topology;
+pub mod traffic;
+
+pub use lbd::LbdProcess;
+pub use netns::Netns;
+pub use topology::{Topology, TopologyOptions};
+
+/// Panics with `what` and the command's output unless it succeeds.
+pub fn run(program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("spawning {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether the process runs as root (the integration tests need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The workspace's target directory (honours `CARGO_TARGET_DIR`).
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        std::path::PathBuf::from,
+    )
+}

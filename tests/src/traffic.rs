@@ -1,0 +1,215 @@
+//! Real traffic: small HTTP and UDP servers on the backends, and bounded clients.
+//!
+//! Servers answer with their own name so the client can tell which backend served it.
+//! Every loop is bounded in count and every socket has a timeout.
+
+use std::{
+    collections::BTreeMap,
+    io::{Read, Write},
+    net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use crate::Netns;
+
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A server thread in a backend namespace; stopped and joined on drop.
+#[derive(Debug)]
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serves HTTP on `addr:port` inside `ns`: every request gets `200 OK` with the body
+    /// `<name>\n`, then the connection closes.
+    pub fn http(ns: &Netns, addr: Ipv4Addr, port: u16, name: &str) -> Self {
+        let listener = ns.run(move || {
+            let l = TcpListener::bind(SocketAddrV4::new(addr, port)).expect("bind tcp");
+            l.set_nonblocking(true).expect("nonblocking");
+            l
+        });
+        let name = name.to_owned();
+        Self::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let _ = serve_http(conn, &name);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(_) => break,
+                }
+            }
+        })
+    }
+
+    /// Serves UDP on `addr:port` inside `ns`: every datagram is answered, from the
+    /// same address, with `<name> <payload>`.
+    pub fn udp(ns: &Netns, addr: Ipv4Addr, port: u16, name: &str) -> Self {
+        let sock = ns.run(move || {
+            let s = UdpSocket::bind(SocketAddrV4::new(addr, port)).expect("bind udp");
+            s.set_read_timeout(Some(Duration::from_millis(50)))
+                .expect("timeout");
+            s
+        });
+        let name = name.to_owned();
+        Self::spawn(move |stop| {
+            let mut buf = [0u8; 1500];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, peer)) = sock.recv_from(&mut buf) {
+                    let mut reply = format!("{name} ").into_bytes();
+                    reply.extend_from_slice(&buf[..n]);
+                    let _ = sock.send_to(&reply, peer);
+                }
+            }
+        })
+    }
+
+    fn spawn(body: impl FnOnce(Arc<AtomicBool>) + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        Self {
+            stop,
+            thread: Some(std::thread::spawn(move || body(flag))),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_http(mut conn: TcpStream, name: &str) -> std::io::Result<()> {
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(IO_TIMEOUT))?;
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 * 1024 {
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        req.extend_from_slice(&buf[..n]);
+    }
+    let body = format!("{name}\n");
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(resp.as_bytes())
+}
+
+/// Outcome of a batch of requests: which backend answered how often, and failures.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tally {
+    /// Responses per backend name.
+    pub served: BTreeMap<String, usize>,
+    /// Requests that failed, with the first few errors.
+    pub failures: Vec<String>,
+}
+
+impl Tally {
+    /// Total successful responses.
+    pub fn ok(&self) -> usize {
+        self.served.values().sum()
+    }
+
+    /// After this many failures a batch stops early: the outcome is clear and waiting
+    /// out every timeout would only make a broken run slow.
+    pub const MAX_FAILURES: usize = 5;
+
+    fn gave_up(&self) -> bool {
+        self.failures.len() >= Self::MAX_FAILURES
+    }
+
+    fn record(&mut self, result: Result<String, String>) {
+        match result {
+            Ok(name) => *self.served.entry(name).or_default() += 1,
+            Err(e) => self.failures.push(e),
+        }
+    }
+}
+
+/// From inside `ns`, makes `count` HTTP requests to `vip:port`, each on a new TCP
+/// connection (so each gets its own source port and flow hash).
+pub fn http_requests(ns: &Netns, vip: Ipv4Addr, port: u16, count: usize) -> Tally {
+    ns.run(move || {
+        let mut tally = Tally::default();
+        for i in 0..count {
+            tally.record(http_get(SocketAddrV4::new(vip, port), i));
+            if tally.gave_up() {
+                break;
+            }
+        }
+        tally
+    })
+}
+
+/// One HTTP GET on a fresh connection; returns the body's first line (the backend name).
+pub fn http_get(target: SocketAddrV4, i: usize) -> Result<String, String> {
+    let fail = |what: &str, e: std::io::Error| format!("request {i}: {what}: {e}");
+    let mut conn =
+        TcpStream::connect_timeout(&target.into(), IO_TIMEOUT).map_err(|e| fail("connect", e))?;
+    conn.set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| fail("timeout", e))?;
+    let req =
+        format!("GET /?request={i} HTTP/1.1\r\nHost: {target}\r\nUser-Agent: lb-testbed\r\n\r\n");
+    conn.write_all(req.as_bytes())
+        .map_err(|e| fail("write", e))?;
+    let mut resp = String::new();
+    conn.read_to_string(&mut resp)
+        .map_err(|e| fail("read", e))?;
+    if !resp.starts_with("HTTP/1.1 200 OK\r\n") {
+        return Err(format!("request {i}: unexpected response {resp:?}"));
+    }
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.trim().to_owned())
+        .ok_or_else(|| format!("request {i}: no body in {resp:?}"))?;
+    Ok(body)
+}
+
+/// From inside `ns`, sends `count` UDP datagrams to `vip:port`, each from a new socket
+/// (new source port), and waits for each answer.
+pub fn udp_requests(ns: &Netns, vip: Ipv4Addr, port: u16, count: usize) -> Tally {
+    ns.run(move || {
+        let mut tally = Tally::default();
+        for i in 0..count {
+            tally.record(udp_exchange(SocketAddrV4::new(vip, port), i));
+            if tally.gave_up() {
+                break;
+            }
+        }
+        tally
+    })
+}
+
+fn udp_exchange(target: SocketAddrV4, i: usize) -> Result<String, String> {
+    let fail = |what: &str, e: std::io::Error| format!("datagram {i}: {what}: {e}");
+    let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| fail("bind", e))?;
+    sock.connect(target).map_err(|e| fail("connect", e))?;
+    sock.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| fail("timeout", e))?;
+    let payload = format!("ping {i}");
+    sock.send(payload.as_bytes()).map_err(|e| fail("send", e))?;
+    let mut buf = [0u8; 1500];
+    let n = sock.recv(&mut buf).map_err(|e| fail("recv", e))?;
+    let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let name = reply
+        .strip_suffix(&format!(" {payload}"))
+        .ok_or_else(|| format!("datagram {i}: unexpected reply {reply:?}"))?;
+    Ok(name.to_owned())
+}

@@ -1,0 +1,123 @@
+//! End to end: real TCP and UDP through the VIP in network namespaces, `lbd` running as
+//! a process on the LB node, XDP in generic and in native mode.
+
+use lb_testbed::{
+    LbdProcess, Topology, TopologyOptions, is_root,
+    topology::{HOST_IF, VIP, backend_addr},
+    traffic::{Server, http_requests, udp_requests},
+};
+
+const HTTP_PORT: u16 = 80;
+const UDP_PORT: u16 = 5353;
+const CONNECTIONS: usize = 150;
+const DATAGRAMS: usize = 90;
+
+fn config(mode: &str, backends: usize) -> String {
+    let list: Vec<String> = (0..backends)
+        .map(|i| format!("{{ address = \"{}\" }}", backend_addr(i)))
+        .collect();
+    let list = list.join(", ");
+    format!(
+        r#"
+[node]
+interface = "{HOST_IF}"
+xdp_mode = "{mode}"
+
+[[service]]
+name = "web"
+vip = "{VIP}"
+port = {HTTP_PORT}
+backends = [{list}]
+
+[[service]]
+name = "dns"
+vip = "{VIP}"
+port = {UDP_PORT}
+protocol = "udp"
+backends = [{list}]
+"#
+    )
+}
+
+fn xdp_attached(topo: &Topology) -> bool {
+    let out = std::process::Command::new("ip")
+        .args(["-n", topo.lb.name(), "link", "show", "dev", HOST_IF])
+        .output()
+        .expect("ip link");
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+fn steer_through_vip(mode: &str) {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions {
+        backends: 3,
+        native_xdp: mode == "native",
+    });
+    let _servers: Vec<Server> = topo
+        .backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            let name = format!("backend-{}", i + 1);
+            [
+                Server::http(ns, VIP, HTTP_PORT, &name),
+                Server::udp(ns, VIP, UDP_PORT, &name),
+            ]
+        })
+        .collect();
+    let lbd = LbdProcess::start(&topo.lb, &config(mode, 3));
+    assert!(
+        xdp_attached(&topo),
+        "lbd reported attached but ip link shows no XDP"
+    );
+
+    let tcp = http_requests(&topo.client, VIP, HTTP_PORT, CONNECTIONS);
+    assert!(
+        tcp.failures.is_empty(),
+        "TCP failures: {:?}\nlbd log:\n{}",
+        &tcp.failures[..tcp.failures.len().min(5)],
+        lbd.log()
+    );
+    assert_eq!(tcp.ok(), CONNECTIONS);
+    assert_eq!(
+        tcp.served.len(),
+        3,
+        "every backend serves: {:?}",
+        tcp.served
+    );
+    for (name, n) in &tcp.served {
+        assert!(
+            *n >= CONNECTIONS / 6,
+            "{name} served only {n} of {CONNECTIONS}: {:?}",
+            tcp.served
+        );
+    }
+
+    let udp = udp_requests(&topo.client, VIP, UDP_PORT, DATAGRAMS);
+    assert!(
+        udp.failures.is_empty(),
+        "UDP failures: {:?}",
+        &udp.failures[..udp.failures.len().min(5)]
+    );
+    assert_eq!(
+        udp.served.len(),
+        3,
+        "every backend answers UDP: {:?}",
+        udp.served
+    );
+
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "lbd exit status; log:\n{log}");
+    assert!(log.contains("detaching"), "{log}");
+    assert!(!xdp_attached(&topo), "XDP still attached after lbd exited");
+}
+
+#[test]
+fn dsr_generic_mode_tcp_and_udp() {
+    steer_through_vip("generic");
+}
+
+#[test]
+fn dsr_native_mode_tcp_and_udp() {
+    steer_through_vip("native");
+}
