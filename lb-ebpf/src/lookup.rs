@@ -18,7 +18,7 @@ pub fn vip(pkt: &Ipv4L4) -> Option<&'static VipInfo> {
     };
     // SAFETY: values are plain data that userspace replaces whole; a concurrent update
     // swaps the element, so the reference stays valid for this program run.
-    unsafe { VIPS.get(&key) }
+    unsafe { VIPS.get(key) }
 }
 
 /// The backend slot the flow hash selects in the service's live table, or `None` when

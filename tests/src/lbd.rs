@@ -117,18 +117,6 @@ impl Drop for LbdProcess {
     }
 }
 
-/// Runs `lbd` with `args` to completion (e.g. `--check-config`), returning its exit code
-/// and combined output.
-pub fn run_lbd(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(lbd_binary())
-        .args(args)
-        .output()
-        .expect("run lbd");
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    (out.status.code(), text)
-}
-
 /// A temporary directory removed on drop.
 #[derive(Debug)]
 pub struct TempDir(PathBuf);
@@ -161,4 +149,27 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Runs `lbd` with `args` to completion (e.g. `--check-config`), returning its exit code
+/// and combined output.
+pub fn run_lbd(args: &[&str]) -> (Option<i32>, String) {
+    collect(Command::new(lbd_binary()).args(args))
+}
+
+/// Like [`run_lbd`], inside a namespace.
+pub fn run_lbd_in(ns: &Netns, args: &[&str]) -> (Option<i32>, String) {
+    collect(
+        Command::new("ip")
+            .args(["netns", "exec", ns.name()])
+            .arg(lbd_binary())
+            .args(args),
+    )
+}
+
+fn collect(cmd: &mut Command) -> (Option<i32>, String) {
+    let out = cmd.output().expect("run lbd");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
 }

@@ -5,8 +5,10 @@
 //! when a test panics. Nothing touches the host's own interfaces. Addresses come from
 //! 198.18.0.0/15.
 
+pub mod fixture;
 pub mod lbd;
 pub mod netns;
+pub mod packet;
 pub mod topology;
 pub mod traffic;
 

@@ -1,1 +1,155 @@
-fn main() {}
+//! Project tasks that cargo alone cannot do.
+//!
+//! xtask deliberately depends on nothing of ours: building `lb-userspace` needs the BPF
+//! toolchain, and `cargo xtask setup` must run on a machine that lacks it.
+
+mod cmd;
+mod setup;
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+/// Build, test and demo tasks for the load balancer.
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install what this machine lacks: apt packages, nightly rust-src, bpf-linker.
+    Setup,
+    /// Build the BPF object (release, bpfel) and print its path.
+    BuildEbpf,
+    /// Everything: fmt check, clippy (host and BPF target), unit, fixture and netns tests.
+    Test {
+        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run the main job on an embedded default: client → VIP → three backends, in
+    /// network namespaces, with lbd on the LB node.
+    Demo {
+        /// Arguments for the demo (see `cargo xtask demo -- --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    std::env::set_current_dir(&root).context("entering the workspace root")?;
+    match cli.command {
+        Command::Setup => setup::run(),
+        Command::BuildEbpf => build_ebpf(),
+        Command::Test { args } => test(&args),
+        Command::Demo { args } => demo(&args),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+fn build_ebpf() -> Result<()> {
+    setup::run()?;
+    let target_dir = workspace_root().join("target/ebpf");
+    cmd::cargo_nightly(&[
+        "build",
+        "--package",
+        "lb-ebpf",
+        "--bins",
+        "--release",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--target-dir",
+        target_dir.to_str().context("non-UTF-8 path")?,
+    ])?;
+    let object = target_dir.join("bpfel-unknown-none/release/lb-ebpf");
+    let size = std::fs::metadata(&object)
+        .with_context(|| format!("{} was not produced", object.display()))?
+        .len();
+    println!("{} ({size} bytes)", object.display());
+    Ok(())
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    setup::run()?;
+    require_root("the data-plane and network-namespace tests")?;
+    cmd::remove_stale_namespaces()?;
+    cmd::cargo(&["fmt", "--all", "--", "--check"])
+        .context("cargo fmt --check: run `cargo fmt --all`")?;
+    cmd::cargo(&[
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "lb-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cmd::cargo_nightly(&[
+        "clippy",
+        "--package",
+        "lb-ebpf",
+        "--release",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--target-dir",
+        "target/ebpf",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    // The integration tests run the real lbd binary.
+    cmd::cargo(&["build", "--package", "lb-userspace", "--bins"])?;
+    let mut args = vec!["test", "--workspace", "--exclude", "lb-ebpf"];
+    args.extend(extra.iter().map(String::as_str));
+    let totals = cmd::cargo_test(&args)?;
+    cmd::remove_stale_namespaces()?;
+    // One closing line over every test binary, so the run ends with the overall count
+    // rather than the last binary's (often empty) doc-test summary.
+    println!(
+        "total: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    if totals.failed > 0 {
+        bail!("{} tests failed", totals.failed);
+    }
+    Ok(())
+}
+
+fn demo(args: &[String]) -> Result<()> {
+    setup::run()?;
+    require_root("the demo (network namespaces, XDP)")?;
+    cmd::remove_stale_namespaces()?;
+    cmd::cargo(&["build", "--package", "lb-userspace", "--bins"])?;
+    let mut full = vec![
+        "run",
+        "--quiet",
+        "--package",
+        "lb-testbed",
+        "--bin",
+        "lb-demo",
+        "--",
+    ];
+    full.extend(args.iter().map(String::as_str));
+    cmd::cargo(&full)
+}
+
+fn require_root(what: &str) -> Result<()> {
+    if !cmd::is_root() {
+        bail!("{what} need root: run as root (e.g. `sudo -E cargo xtask ...`)");
+    }
+    Ok(())
+}

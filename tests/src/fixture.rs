@@ -1,0 +1,173 @@
+//! Running the real XDP program on crafted packets through `BPF_PROG_TEST_RUN`.
+//!
+//! [`FixtureHost`] is a namespace with one veth (`eth0`, 198.18.0.2/24, forwarding on)
+//! and permanent neighbour entries for the backends, so `bpf_fib_lookup` resolves next
+//! hops exactly as on a node. [`XdpRig`] loads the data plane inside that namespace
+//! (call [`FixtureHost::run`]) and feeds it packets as if they arrived on `eth0`.
+
+use std::net::Ipv4Addr;
+
+use aya::{TestRun as _, TestRunOptions};
+use lb_common::{Counter, GlobalConfig};
+use lb_userspace::dataplane::{
+    MapOps as _, ServiceProgram, kernel::KernelDataplane, program_service,
+};
+
+use crate::Netns;
+
+/// MAC of the fixture host's `eth0`.
+pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+/// A client MAC (the frame's source as it arrives).
+pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+/// The host's address on `eth0`.
+pub const HOST_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+/// Backend `i` (0-based) of the fixture host: address and the MAC its permanent
+/// neighbour entry resolves to.
+pub fn backend(i: u8) -> (Ipv4Addr, [u8; 6]) {
+    (
+        Ipv4Addr::new(198, 18, 0, 11 + i),
+        [0x02, 0, 0, 0, 0, 0x11 + i],
+    )
+}
+
+/// Backends with a neighbour entry.
+pub const RESOLVED_BACKENDS: u8 = 4;
+
+/// The namespace fixtures run in.
+#[derive(Debug)]
+pub struct FixtureHost {
+    ns: Netns,
+}
+
+impl FixtureHost {
+    /// Creates the namespace, its veth and the backends' neighbour entries.
+    pub fn new() -> Self {
+        let ns = Netns::new("fx");
+        ns.ip(&[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+        ]);
+        let mac = fmt_mac(HOST_MAC);
+        ns.ip(&["link", "set", "eth0", "address", &mac]);
+        ns.ip(&["addr", "add", &format!("{HOST_ADDR}/24"), "dev", "eth0"]);
+        ns.ip(&["link", "set", "eth0", "up"]);
+        ns.ip(&["link", "set", "peer0", "up"]);
+        for i in 0..RESOLVED_BACKENDS {
+            let (addr, mac) = backend(i);
+            ns.ip(&[
+                "neigh",
+                "replace",
+                &addr.to_string(),
+                "lladdr",
+                &fmt_mac(mac),
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ]);
+        }
+        ns.sysctl("net.ipv4.conf.eth0.forwarding", "1");
+        Self { ns }
+    }
+
+    /// Runs `f` on a thread inside the namespace.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        self.ns.run(f)
+    }
+}
+
+impl Default for FixtureHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn fmt_mac(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// What the program did with one packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The XDP action (`XDP_PASS` = 2, `XDP_TX` = 3, `XDP_DROP` = 1).
+    pub action: u32,
+    /// The packet as the program left it.
+    pub bytes: Vec<u8>,
+}
+
+/// XDP actions, as numbers the kernel returns.
+pub mod action {
+    /// `XDP_ABORTED`.
+    pub const ABORTED: u32 = 0;
+    /// `XDP_DROP`.
+    pub const DROP: u32 = 1;
+    /// `XDP_PASS`.
+    pub const PASS: u32 = 2;
+    /// `XDP_TX`.
+    pub const TX: u32 = 3;
+}
+
+/// A loaded (unattached) data plane inside the fixture namespace.
+#[derive(Debug)]
+pub struct XdpRig {
+    /// The data plane under test.
+    pub dataplane: KernelDataplane,
+    ifindex: u32,
+}
+
+impl XdpRig {
+    /// Loads the data plane with `seed`; call from inside [`FixtureHost::run`].
+    pub fn load(seed: u32) -> Self {
+        let mut dataplane = KernelDataplane::load().expect("load data plane");
+        dataplane
+            .set_config(GlobalConfig {
+                hash_seed: seed,
+                flags: 0,
+            })
+            .expect("set config");
+        let ifindex = lb_userspace::agent::ifindex("eth0").expect("eth0 in fixture netns");
+        Self { dataplane, ifindex }
+    }
+
+    /// Programs a service.
+    pub fn program(&mut self, svc: &ServiceProgram) {
+        program_service(&mut self.dataplane, svc).expect("program service");
+    }
+
+    /// Runs one packet through the program as if received on `eth0`.
+    pub fn run(&mut self, packet: &[u8]) -> Outcome {
+        let mut out = vec![0u8; packet.len() + 256];
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex. The kernel wants data = meta length (0) and data_end = size.
+        let md: [u32; 6] = [0, packet.len() as u32, 0, self.ifindex, 0, 0];
+        let md_bytes: Vec<u8> = md.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(packet);
+        opts.data_out = Some(&mut out);
+        opts.ctx_in = Some(&md_bytes);
+        let result = self
+            .dataplane
+            .program()
+            .expect("program")
+            .test_run(opts)
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        Outcome {
+            action: result.return_value,
+            bytes: out,
+        }
+    }
+
+    /// A global counter, summed over CPUs.
+    pub fn counter(&self, counter: Counter) -> u64 {
+        self.dataplane.counter(counter).expect("read counter")
+    }
+
+    /// Every global counter, in index order.
+    pub fn counters(&self) -> Vec<u64> {
+        Counter::ALL.iter().map(|c| self.counter(*c)).collect()
+    }
+}

@@ -1,0 +1,184 @@
+//! A small packet builder for fixtures: `Packet::eth(..).ipv4(..).tcp(..)`, with valid
+//! IPv4 and L4 checksums, plus knobs to break things (options, fragments, truncation).
+
+use std::net::Ipv4Addr;
+
+/// A frame under construction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// The bytes so far.
+    pub bytes: Vec<u8>,
+}
+
+/// IP protocol numbers.
+pub const TCP: u8 = 6;
+/// UDP.
+pub const UDP: u8 = 17;
+
+impl Packet {
+    /// An Ethernet II header.
+    pub fn eth(dst: [u8; 6], src: [u8; 6], ether_type: u16) -> Self {
+        let mut bytes = Vec::with_capacity(128);
+        bytes.extend_from_slice(&dst);
+        bytes.extend_from_slice(&src);
+        bytes.extend_from_slice(&ether_type.to_be_bytes());
+        Self { bytes }
+    }
+
+    /// An IPv4 TCP packet with `payload`, all checksums valid.
+    pub fn tcp4(
+        eth: Self,
+        src: Ipv4Addr,
+        sport: u16,
+        dst: Ipv4Addr,
+        dport: u16,
+        payload: &[u8],
+    ) -> Self {
+        let mut l4 = Vec::with_capacity(20 + payload.len());
+        l4.extend_from_slice(&sport.to_be_bytes());
+        l4.extend_from_slice(&dport.to_be_bytes());
+        l4.extend_from_slice(&1u32.to_be_bytes()); // seq
+        l4.extend_from_slice(&0u32.to_be_bytes()); // ack
+        l4.extend_from_slice(&[0x50, 0x02]); // data offset 5, SYN
+        l4.extend_from_slice(&64240u16.to_be_bytes());
+        l4.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent
+        l4.extend_from_slice(payload);
+        Self::ipv4_with(eth, src, dst, TCP, l4, 16, &[])
+    }
+
+    /// An IPv4 UDP datagram with `payload`, all checksums valid.
+    pub fn udp4(
+        eth: Self,
+        src: Ipv4Addr,
+        sport: u16,
+        dst: Ipv4Addr,
+        dport: u16,
+        payload: &[u8],
+    ) -> Self {
+        let mut l4 = Vec::with_capacity(8 + payload.len());
+        l4.extend_from_slice(&sport.to_be_bytes());
+        l4.extend_from_slice(&dport.to_be_bytes());
+        l4.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        l4.extend_from_slice(&[0, 0]);
+        l4.extend_from_slice(payload);
+        Self::ipv4_with(eth, src, dst, UDP, l4, 6, &[])
+    }
+
+    /// IPv4 around an L4 segment; `csum_at` is the L4 checksum offset, `options` are
+    /// appended to the 20-byte header (a multiple of 4 bytes).
+    pub fn ipv4_with(
+        mut eth: Self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        proto: u8,
+        mut l4: Vec<u8>,
+        csum_at: usize,
+        options: &[u8],
+    ) -> Self {
+        assert_eq!(options.len() % 4, 0, "options must be 32-bit aligned");
+        let ihl = 5 + options.len() / 4;
+        let total = ihl * 4 + l4.len();
+        let mut ip = vec![
+            0x40 | ihl as u8,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0x12,
+            0x34,
+            0x40,
+            0x00,
+            64,
+            proto,
+            0,
+            0,
+        ];
+        ip.extend_from_slice(&src.octets());
+        ip.extend_from_slice(&dst.octets());
+        ip.extend_from_slice(options);
+        let c = checksum(&[&ip]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut pseudo = Vec::with_capacity(12);
+        pseudo.extend_from_slice(&src.octets());
+        pseudo.extend_from_slice(&dst.octets());
+        pseudo.extend_from_slice(&[0, proto]);
+        pseudo.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+        let c = checksum(&[&pseudo, &l4]);
+        l4[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+        eth.bytes.extend_from_slice(&ip);
+        eth.bytes.extend_from_slice(&l4);
+        eth
+    }
+
+    /// Sets the IPv4 flags/fragment-offset field (the header checksum is recomputed).
+    pub fn with_frag(mut self, field: u16) -> Self {
+        self.bytes[20..22].copy_from_slice(&field.to_be_bytes());
+        self.fix_ipv4_checksum();
+        self
+    }
+
+    /// Recomputes the IPv4 header checksum (header at offset 14, no VLAN).
+    pub fn fix_ipv4_checksum(&mut self) {
+        let ihl = (self.bytes[14] & 0x0f) as usize * 4;
+        self.bytes[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum(&[&self.bytes[14..14 + ihl]]);
+        self.bytes[24..26].copy_from_slice(&c.to_be_bytes());
+    }
+
+    /// The first `len` bytes only.
+    pub fn truncated(mut self, len: usize) -> Self {
+        self.bytes.truncate(len);
+        self
+    }
+}
+
+/// The Internet checksum over the concatenation of `parts`.
+pub fn checksum(parts: &[&[u8]]) -> u16 {
+    let mut sum = 0u32;
+    let mut odd: Option<u8> = None;
+    for part in parts {
+        for &b in *part {
+            match odd.take() {
+                Some(hi) => sum += u32::from(u16::from_be_bytes([hi, b])),
+                None => odd = Some(b),
+            }
+        }
+    }
+    if let Some(hi) = odd {
+        sum += u32::from(u16::from_be_bytes([hi, 0]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksums_verify_to_zero() {
+        let p = Packet::tcp4(
+            Packet::eth([2; 6], [4; 6], 0x0800),
+            Ipv4Addr::new(198, 18, 0, 1),
+            1000,
+            Ipv4Addr::new(198, 18, 100, 1),
+            80,
+            b"hi",
+        );
+        assert_eq!(checksum(&[&p.bytes[14..34]]), 0, "IPv4 header");
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&p.bytes[26..34]);
+        pseudo.extend_from_slice(&[0, TCP, 0, 22]);
+        assert_eq!(checksum(&[&pseudo, &p.bytes[34..]]), 0, "TCP");
+    }
+
+    #[test]
+    fn known_header_checksum() {
+        // The worked example from RFC 1071 section 3 style sums.
+        assert_eq!(
+            checksum(&[&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]]),
+            !0xddf2
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! `lbd` refuses bad configuration with one clear line naming the file, where, the
+//! field and the problem — before it touches the data plane.
+
+use lb_testbed::lbd::{TempDir, run_lbd};
+
+const GOOD: &str = r#"[node]
+interface = "eth0"
+
+[[service]]
+name = "web"
+vip = "198.18.100.1"
+port = 80
+backends = [{ address = "198.18.0.11" }]
+"#;
+
+fn lbd_on(config: &str, check_only: bool) -> (Option<i32>, String, String) {
+    let dir = TempDir::new("cfg");
+    let path = dir.write("lbd.toml", config);
+    let path = path.to_str().expect("utf-8 temp path").to_owned();
+    let mut args = vec!["--config", path.as_str()];
+    if check_only {
+        args.push("--check-config");
+    }
+    let (code, out) = run_lbd(&args);
+    (code, out, path)
+}
+
+#[test]
+fn good_config_checks_ok() {
+    let (code, out, path) = lbd_on(GOOD, true);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("{path}: ok (1 services)")), "{out}");
+}
+
+#[test]
+fn unknown_field_is_named_with_file_and_line() {
+    let (code, out, path) = lbd_on(&GOOD.replace("port = 80", "port = 80\nbakends = []"), false);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("{path}:8:")),
+        "names file and line: {out}"
+    );
+    assert!(out.contains("unknown field `bakends`"), "{out}");
+}
+
+#[test]
+fn invalid_value_is_named_with_field_and_problem() {
+    let (code, out, path) = lbd_on(&GOOD.replace("198.18.100.1", "198.18.100.256"), false);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&format!("{path}:6:")), "{out}");
+    assert!(out.contains("invalid IPv4 address"), "{out}");
+
+    let (code, out, _) = lbd_on(&GOOD.replace("port = 80", "port = 0"), true);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("service[0] (web).port: must be 1-65535"),
+        "{out}"
+    );
+}
+
+#[test]
+fn missing_file_is_named() {
+    let (code, out) = run_lbd(&["--config", "/nonexistent/lbd.toml"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("/nonexistent/lbd.toml: cannot read"), "{out}");
+}
+
+#[test]
+fn missing_interface_fails_cleanly() {
+    assert!(lb_testbed::is_root(), "needs root (network namespace)");
+    let ns = lb_testbed::Netns::new("noif");
+    let dir = TempDir::new("cfg");
+    let path = dir.write("lbd.toml", GOOD);
+    let (code, out) =
+        lb_testbed::lbd::run_lbd_in(&ns, &["--config", path.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("interface \"eth0\" not found (node.interface)"),
+        "{out}"
+    );
+}
