@@ -3,7 +3,7 @@
 
 use std::{ffi::CString, net::Ipv4Addr};
 
-use lb_common::{ForwardingMode, GlobalConfig};
+use lb_common::{Counter, ForwardingMode, GlobalConfig};
 
 use crate::{
     config::{ForwardingModeConfig, ValidConfig},
@@ -122,6 +122,17 @@ impl Agent {
     /// The loaded data plane (counters, maps).
     pub fn dataplane(&self) -> &KernelDataplane {
         &self.dataplane
+    }
+
+    /// Every global counter, summed over CPUs, in index order.
+    ///
+    /// # Errors
+    /// A map read failed.
+    pub fn counters(&self) -> Result<Vec<(Counter, u64)>, DataplaneError> {
+        Counter::ALL
+            .iter()
+            .map(|&c| Ok((c, self.dataplane.counter(c)?)))
+            .collect()
     }
 
     /// The config this agent runs.

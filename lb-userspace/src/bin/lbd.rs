@@ -49,9 +49,25 @@ fn run(args: Args) -> anyhow::Result<()> {
         agent.config().services.len()
     );
     wait_for_shutdown_signal()?;
+    log_counters(&agent);
     log::info!("shutting down: detaching from {}", node.interface);
     agent.shutdown().context("shutting down")?;
     Ok(())
+}
+
+/// Logs the non-zero data-plane counters, one `name=value` pair each.
+fn log_counters(agent: &Agent) {
+    match agent.counters() {
+        Ok(counters) => {
+            let line: Vec<String> = counters
+                .iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(c, v)| format!("{}={v}", c.name()))
+                .collect();
+            log::info!("data plane counters: {}", line.join(" "));
+        }
+        Err(err) => log::warn!("reading data plane counters: {err}"),
+    }
 }
 
 /// Blocks until SIGINT or SIGTERM.
