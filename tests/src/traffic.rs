@@ -146,10 +146,20 @@ impl Tally {
 /// From inside `ns`, makes `count` HTTP requests to `vip:port`, each on a new TCP
 /// connection (so each gets its own source port and flow hash).
 pub fn http_requests(ns: &Netns, vip: Ipv4Addr, port: u16, count: usize) -> Tally {
+    batch(ns, SocketAddrV4::new(vip, port), count, http_get)
+}
+
+/// Runs `exchange` `count` times inside `ns`, stopping early after too many failures.
+fn batch(
+    ns: &Netns,
+    target: SocketAddrV4,
+    count: usize,
+    exchange: fn(SocketAddrV4, usize) -> Result<String, String>,
+) -> Tally {
     ns.run(move || {
         let mut tally = Tally::default();
         for i in 0..count {
-            tally.record(http_get(SocketAddrV4::new(vip, port), i));
+            tally.record(exchange(target, i));
             if tally.gave_up() {
                 break;
             }
@@ -185,16 +195,7 @@ pub fn http_get(target: SocketAddrV4, i: usize) -> Result<String, String> {
 /// From inside `ns`, sends `count` UDP datagrams to `vip:port`, each from a new socket
 /// (new source port), and waits for each answer.
 pub fn udp_requests(ns: &Netns, vip: Ipv4Addr, port: u16, count: usize) -> Tally {
-    ns.run(move || {
-        let mut tally = Tally::default();
-        for i in 0..count {
-            tally.record(udp_exchange(SocketAddrV4::new(vip, port), i));
-            if tally.gave_up() {
-                break;
-            }
-        }
-        tally
-    })
+    batch(ns, SocketAddrV4::new(vip, port), count, udp_exchange)
 }
 
 fn udp_exchange(target: SocketAddrV4, i: usize) -> Result<String, String> {

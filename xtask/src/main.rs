@@ -58,26 +58,35 @@ fn workspace_root() -> PathBuf {
 
 fn build_ebpf() -> Result<()> {
     setup::run()?;
-    let target_dir = workspace_root().join("target/ebpf");
-    cmd::cargo_nightly(&[
-        "build",
-        "--package",
-        "lb-ebpf",
-        "--bins",
-        "--release",
-        "--target",
-        "bpfel-unknown-none",
-        "-Z",
-        "build-std=core",
-        "--target-dir",
-        target_dir.to_str().context("non-UTF-8 path")?,
-    ])?;
-    let object = target_dir.join("bpfel-unknown-none/release/lb-ebpf");
+    bpf_cargo("build", &["--bins"], &[])?;
+    let object = workspace_root()
+        .join(BPF_TARGET_DIR)
+        .join("bpfel-unknown-none/release/lb-ebpf");
     let size = std::fs::metadata(&object)
         .with_context(|| format!("{} was not produced", object.display()))?
         .len();
     println!("{} ({size} bytes)", object.display());
     Ok(())
+}
+
+/// Where `build-ebpf` and the BPF clippy run put their output.
+const BPF_TARGET_DIR: &str = "target/ebpf";
+
+/// `cargo +nightly <subcommand>` on `lb-ebpf` for the BPF target, in release (a debug
+/// BPF object does not load).
+fn bpf_cargo(subcommand: &str, before: &[&str], after: &[&str]) -> Result<()> {
+    let mut args = vec![subcommand, "--package", "lb-ebpf", "--release"];
+    args.extend_from_slice(before);
+    args.extend_from_slice(&[
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--target-dir",
+        BPF_TARGET_DIR,
+    ]);
+    args.extend_from_slice(after);
+    cmd::cargo_nightly(&args)
 }
 
 fn test(extra: &[String]) -> Result<()> {
@@ -96,21 +105,7 @@ fn test(extra: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ])?;
-    cmd::cargo_nightly(&[
-        "clippy",
-        "--package",
-        "lb-ebpf",
-        "--release",
-        "--target",
-        "bpfel-unknown-none",
-        "-Z",
-        "build-std=core",
-        "--target-dir",
-        "target/ebpf",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
+    bpf_cargo("clippy", &[], &["--", "-D", "warnings"])?;
     // The integration tests run the real lbd binary.
     cmd::cargo(&["build", "--package", "lb-userspace", "--bins"])?;
     let mut args = vec!["test", "--workspace", "--exclude", "lb-ebpf"];
