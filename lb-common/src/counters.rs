@@ -9,14 +9,16 @@ use core::mem::size_of;
 pub enum Counter {
     /// Every packet the program saw.
     Packets = 0,
-    /// Passed: not IPv4 (ARP, IPv6 and the rest).
-    PassNotIpv4,
-    /// Passed: IPv4 but not TCP or UDP to a configured VIP.
+    /// Passed: neither IPv4 nor IPv6 (ARP and the rest).
+    PassNotIp,
+    /// Passed: not TCP or UDP to a configured VIP.
     PassNotVip,
     /// Passed: IPv4 header carries options (policy: let the stack handle them).
     PassIpv4Options,
-    /// Passed: IPv4 fragment (policy: let the stack reassemble).
+    /// Passed: IPv4 fragment or IPv6 extension header (policy: let the stack handle it).
     PassFragment,
+    /// Passed: a VIP in `l7` mode (the agent's HTTP proxy serves it).
+    PassL7,
     /// Passed once: the backend's neighbour entry is not resolved yet; the kernel
     /// resolves it and later packets are forwarded.
     PassNoNeighbour,
@@ -34,15 +36,16 @@ pub enum Counter {
 
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Packets,
-        Counter::PassNotIpv4,
+        Counter::PassNotIp,
         Counter::PassNotVip,
         Counter::PassIpv4Options,
         Counter::PassFragment,
+        Counter::PassL7,
         Counter::PassNoNeighbour,
         Counter::Tx,
         Counter::Redirect,
@@ -55,10 +58,11 @@ impl Counter {
     pub const fn name(self) -> &'static str {
         match self {
             Counter::Packets => "packets",
-            Counter::PassNotIpv4 => "pass_not_ipv4",
+            Counter::PassNotIp => "pass_not_ip",
             Counter::PassNotVip => "pass_not_vip",
             Counter::PassIpv4Options => "pass_ipv4_options",
             Counter::PassFragment => "pass_fragment",
+            Counter::PassL7 => "pass_l7",
             Counter::PassNoNeighbour => "pass_no_neighbour",
             Counter::Tx => "tx",
             Counter::Redirect => "redirect",
@@ -69,20 +73,38 @@ impl Counter {
     }
 }
 
-/// Per-service traffic counters (one per CPU; userspace sums them).
+/// Traffic counters of one service or one backend (one per CPU; userspace sums them).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct VipStats {
-    /// Packets forwarded for this service.
+pub struct TrafficStats {
+    /// Packets forwarded.
     pub packets: u64,
     /// Bytes of those packets, link-layer header included.
     pub bytes: u64,
+    /// Flows admitted (conntrack entries created).
+    pub new_flows: u64,
 }
-const _: () = assert!(size_of::<VipStats>() == 16);
+const _: () = assert!(size_of::<TrafficStats>() == 24);
+
+impl TrafficStats {
+    /// Element-wise sum, for adding up CPUs.
+    pub const fn plus(self, other: Self) -> Self {
+        Self {
+            packets: self.packets + other.packets,
+            bytes: self.bytes + other.bytes,
+            new_flows: self.new_flows + other.new_flows,
+        }
+    }
+}
+
+/// Per-service counters.
+pub type VipStats = TrafficStats;
+/// Per-backend counters.
+pub type BackendStats = TrafficStats;
 
 #[cfg(feature = "user")]
 // SAFETY: repr(C), Copy, no padding (asserted above).
-unsafe impl aya::Pod for VipStats {}
+unsafe impl aya::Pod for TrafficStats {}
 
 #[cfg(test)]
 mod tests {

@@ -27,66 +27,102 @@ const fn finish(mut h: u32, len: u32) -> u32 {
     h ^ (h >> 16)
 }
 
-/// Hashes an IPv4 5-tuple. Addresses and ports are taken as stored (network byte
-/// order in memory, read as native `u32`/`u16`), exactly as the XDP program reads them.
 #[inline(always)]
-pub const fn flow_hash_v4(
-    seed: u32,
-    src_be: u32,
-    dst_be: u32,
-    src_port_be: u16,
-    dst_port_be: u16,
-    proto: u8,
-) -> u32 {
-    let ports = ((src_port_be as u32) << 16) | dst_port_be as u32;
-    let mut h = mix(seed, src_be);
-    h = mix(h, dst_be);
-    h = mix(h, ports);
-    h = mix(h, proto as u32);
-    finish(h, 13)
+const fn word(addr: &[u8; 16], i: usize) -> u32 {
+    u32::from_ne_bytes([addr[i], addr[i + 1], addr[i + 2], addr[i + 3]])
+}
+
+/// Hashes a flow's 5-tuple. Addresses and ports are taken as stored (network byte
+/// order in memory, read as native words), exactly as the XDP program has them.
+/// IPv4 flows (both addresses IPv4-mapped) hash only the IPv4 words: cheaper, and the
+/// constant mapped prefix adds nothing.
+#[inline(always)]
+pub const fn flow_hash(seed: u32, key: &crate::FlowKey) -> u32 {
+    let ports = ((key.src_port_be as u32) << 16) | key.dst_port_be as u32;
+    let mut h = seed;
+    if crate::maps::is_v4_mapped(&key.src) && crate::maps::is_v4_mapped(&key.dst) {
+        h = mix(h, word(&key.src, 12));
+        h = mix(h, word(&key.dst, 12));
+        h = mix(h, ports);
+        h = mix(h, key.proto as u32);
+        finish(h, 13)
+    } else {
+        h = mix(h, word(&key.src, 0));
+        h = mix(h, word(&key.src, 4));
+        h = mix(h, word(&key.src, 8));
+        h = mix(h, word(&key.src, 12));
+        h = mix(h, word(&key.dst, 0));
+        h = mix(h, word(&key.dst, 4));
+        h = mix(h, word(&key.dst, 8));
+        h = mix(h, word(&key.dst, 12));
+        h = mix(h, ports);
+        h = mix(h, key.proto as u32);
+        finish(h, 37)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{FlowKey, maps::v4_mapped};
+
+    fn key(src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, proto: u8) -> FlowKey {
+        FlowKey {
+            src,
+            dst,
+            src_port_be: sport.to_be(),
+            dst_port_be: dport.to_be(),
+            proto,
+            _pad: [0; 3],
+        }
+    }
+
+    const V6_SRC: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    const V6_DST: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0];
 
     /// Golden values: a change here changes which backend every node picks, so it must
     /// be deliberate (and rolled out fleet-wide).
     #[test]
     fn golden_values() {
-        let src = u32::from_ne_bytes([198, 18, 0, 1]);
-        let dst = u32::from_ne_bytes([198, 18, 0, 100]);
-        let sp = 40000u16.to_be();
-        let dp = 80u16.to_be();
-        assert_eq!(flow_hash_v4(0, src, dst, sp, dp, 6), GOLDEN[0]);
-        assert_eq!(flow_hash_v4(1, src, dst, sp, dp, 6), GOLDEN[1]);
-        assert_eq!(flow_hash_v4(0, src, dst, sp, dp, 17), GOLDEN[2]);
+        let src = v4_mapped([198, 18, 0, 1]);
+        let dst = v4_mapped([198, 18, 0, 100]);
+        assert_eq!(flow_hash(0, &key(src, dst, 40000, 80, 6)), 925_530_493);
+        assert_eq!(flow_hash(1, &key(src, dst, 40000, 80, 6)), 933_795_868);
+        assert_eq!(flow_hash(0, &key(src, dst, 40000, 80, 17)), 245_362_522);
+        assert_eq!(flow_hash(0, &key(V6_SRC, V6_DST, 40000, 80, 6)), GOLDEN_V6);
     }
-    const GOLDEN: [u32; 3] = [925_530_493, 933_795_868, 245_362_522];
+    const GOLDEN_V6: u32 = 3_460_238_415;
 
     #[test]
     fn every_field_matters() {
-        let base = flow_hash_v4(7, 1, 2, 3, 4, 6);
-        assert_ne!(base, flow_hash_v4(8, 1, 2, 3, 4, 6));
-        assert_ne!(base, flow_hash_v4(7, 9, 2, 3, 4, 6));
-        assert_ne!(base, flow_hash_v4(7, 1, 9, 3, 4, 6));
-        assert_ne!(base, flow_hash_v4(7, 1, 2, 9, 4, 6));
-        assert_ne!(base, flow_hash_v4(7, 1, 2, 3, 9, 6));
-        assert_ne!(base, flow_hash_v4(7, 1, 2, 3, 4, 17));
+        for (src, dst) in [
+            (v4_mapped([1, 2, 3, 4]), v4_mapped([5, 6, 7, 8])),
+            (V6_SRC, V6_DST),
+        ] {
+            let base = flow_hash(7, &key(src, dst, 3, 4, 6));
+            assert_ne!(base, flow_hash(8, &key(src, dst, 3, 4, 6)));
+            assert_ne!(base, flow_hash(7, &key(dst, src, 3, 4, 6)));
+            assert_ne!(base, flow_hash(7, &key(src, src, 3, 4, 6)));
+            assert_ne!(base, flow_hash(7, &key(src, dst, 9, 4, 6)));
+            assert_ne!(base, flow_hash(7, &key(src, dst, 3, 9, 6)));
+            assert_ne!(base, flow_hash(7, &key(src, dst, 3, 4, 17)));
+        }
     }
 
     #[test]
     fn source_ports_spread_evenly_over_three_buckets() {
-        let src = u32::from_ne_bytes([198, 18, 0, 1]);
-        let dst = u32::from_ne_bytes([198, 18, 0, 100]);
-        let mut buckets = [0u32; 3];
-        for port in 10_000u16..40_000 {
-            let h = flow_hash_v4(0x5eed, src, dst, port.to_be(), 80u16.to_be(), 6);
-            buckets[(h % 3) as usize] += 1;
-        }
-        for b in buckets {
-            // 10,000 expected per bucket; allow 3% either way.
-            assert!((9_700..=10_300).contains(&b), "uneven spread {buckets:?}");
+        for (src, dst) in [
+            (v4_mapped([198, 18, 0, 1]), v4_mapped([198, 18, 0, 100])),
+            (V6_SRC, V6_DST),
+        ] {
+            let mut buckets = [0u32; 3];
+            for port in 10_000u16..40_000 {
+                buckets[(flow_hash(0x5eed, &key(src, dst, port, 80, 6)) % 3) as usize] += 1;
+            }
+            for b in buckets {
+                // 10,000 expected per bucket; allow 3% either way.
+                assert!((9_700..=10_300).contains(&b), "uneven spread {buckets:?}");
+            }
         }
     }
 }

@@ -17,6 +17,8 @@ pub mod counters;
 pub mod hash;
 pub mod maps;
 
-pub use counters::{Counter, VipStats};
-pub use hash::flow_hash_v4;
-pub use maps::{BackendSlot, ForwardingMode, GlobalConfig, VipInfo, VipKey};
+pub use counters::{BackendStats, Counter, TrafficStats, VipStats};
+pub use hash::flow_hash;
+pub use maps::{
+    Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, TableChunk, VipInfo, VipKey,
+};

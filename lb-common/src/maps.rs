@@ -1,57 +1,106 @@
 //! Map keys, values and limits.
+//!
+//! Addresses are 16 bytes everywhere; IPv4 is stored IPv4-mapped (`::ffff:a.b.c.d`), so
+//! one set of maps and one code path serve both families.
 
 use core::mem::size_of;
 
-/// Name of the program object section and of every map, as pinned under bpffs.
+/// Names of programs and maps, as pinned under bpffs.
 pub mod names {
     /// The ingress XDP program.
     pub const XDP_PROGRAM: &str = "lb_xdp";
     /// A program that passes everything (benchmark floor, veth peers).
     pub const XDP_PASS_PROGRAM: &str = "xdp_pass";
     /// VIP lookup: [`super::VipKey`] → [`super::VipInfo`].
-    pub const VIPS: &str = "LB_VIPS_V1";
-    /// Backend slots: index → [`super::BackendSlot`].
-    pub const BACKENDS: &str = "LB_BACKENDS_V1";
+    pub const VIPS: &str = "LB_VIPS_V2";
+    /// Backends by id: index → [`super::Backend`].
+    pub const BACKENDS: &str = "LB_BACKENDS_V2";
+    /// Backend lists of services: index → backend id (`u32`).
+    pub const SERVICE_BACKENDS: &str = "LB_SVC_BACKENDS_V2";
+    /// Maglev tables: index → [`super::TableChunk`].
+    pub const TABLE_CHUNKS: &str = "LB_TABLES_V2";
+    /// Connection tracking: [`super::FlowKey`] → [`super::FlowEntry`].
+    pub const CONNTRACK: &str = "LB_CONNTRACK_V2";
     /// Node-wide settings: index 0 → [`super::GlobalConfig`].
-    pub const CONFIG: &str = "LB_CONFIG_V1";
+    pub const CONFIG: &str = "LB_CONFIG_V2";
     /// Per-CPU global counters indexed by [`crate::Counter`].
-    pub const COUNTERS: &str = "LB_COUNTERS_V1";
+    pub const COUNTERS: &str = "LB_COUNTERS_V2";
     /// Per-CPU per-service counters indexed by service id → [`crate::VipStats`].
-    pub const VIP_STATS: &str = "LB_VIP_STATS_V1";
+    pub const VIP_STATS: &str = "LB_VIP_STATS_V2";
+    /// Per-CPU per-backend counters indexed by backend id → [`crate::BackendStats`].
+    pub const BACKEND_STATS: &str = "LB_BACKEND_STATS_V2";
 }
 
-/// Most services (VIP entries) one node programs.
-pub const MAX_SERVICES: u32 = 1024;
-/// Most backends one service may have in this table layout.
-pub const MAX_BACKENDS_PER_SERVICE: u32 = 256;
-/// Every service owns two backend tables; a reader sees the old one or the new one,
-/// because the switch is one update of the service's [`VipInfo::table_id`].
-pub const TABLES_PER_SERVICE: u32 = 2;
-/// Entries in the backend slot array.
-pub const BACKEND_SLOTS: u32 = MAX_SERVICES * TABLES_PER_SERVICE * MAX_BACKENDS_PER_SERVICE;
+/// Most VIP entries (service ids are `< MAX_SERVICES`).
+pub const MAX_SERVICES: u32 = 4096;
+/// Most backends on a node (backend ids are `< MAX_BACKENDS`).
+pub const MAX_BACKENDS: u32 = 65536;
+/// Most backends one service may have: table slots are `u16` indices into its list.
+pub const MAX_BACKENDS_PER_SERVICE: u32 = 4096;
+/// Entries of the service-backend-list pool (regions of it belong to services).
+pub const SERVICE_BACKEND_SLOTS: u32 = 262_144;
+/// Largest table (Maglev size) one service may have.
+pub const MAX_TABLE_SIZE: u32 = 131_071;
+/// Table slots per [`TableChunk`]: slots are packed so a slot costs 2 bytes (array map
+/// values are padded to 8 bytes, so one `u16` per element would cost 8).
+pub const TABLE_CHUNK_SLOTS: u32 = 32;
+/// Chunks in the table pool: 8 Mi slots, 16 MiB.
+pub const TABLE_CHUNKS: u32 = 262_144;
+/// Connection-tracking entries (LRU: the least recently used are evicted when full).
+pub const CONNTRACK_ENTRIES: u32 = 1_048_576;
 
-/// IP protocol numbers used in [`VipKey::proto`].
+/// IP protocol numbers used in keys.
 pub mod proto {
+    /// ICMP.
+    pub const ICMP: u8 = 1;
     /// TCP.
     pub const TCP: u8 = 6;
     /// UDP.
     pub const UDP: u8 = 17;
+    /// ICMPv6.
+    pub const ICMPV6: u8 = 58;
 }
 
-/// Key of the VIP map: a virtual address, port and protocol.
+/// Turns an IPv4 address (network order bytes) into its IPv4-mapped 16-byte form.
+#[inline(always)]
+pub const fn v4_mapped(v4: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, v4[0], v4[1], v4[2], v4[3],
+    ]
+}
+
+/// Whether a 16-byte address is IPv4-mapped.
+#[inline(always)]
+pub const fn is_v4_mapped(addr: &[u8; 16]) -> bool {
+    addr[0] == 0
+        && addr[1] == 0
+        && addr[2] == 0
+        && addr[3] == 0
+        && addr[4] == 0
+        && addr[5] == 0
+        && addr[6] == 0
+        && addr[7] == 0
+        && addr[8] == 0
+        && addr[9] == 0
+        && addr[10] == 0xff
+        && addr[11] == 0xff
+}
+
+/// Key of the VIP map. A service for every port of an address uses `port_be == 0`; the
+/// program looks up the exact port first, then port 0.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VipKey {
-    /// IPv4 address, network byte order.
-    pub addr_be: u32,
-    /// Destination port, network byte order.
+    /// VIP address (IPv4-mapped for IPv4).
+    pub addr: [u8; 16],
+    /// Destination port, network byte order; 0 = all ports.
     pub port_be: u16,
     /// IP protocol ([`proto::TCP`] or [`proto::UDP`]).
     pub proto: u8,
-    /// Always zero: hash map keys compare every byte.
+    /// Always zero: hash keys compare every byte.
     pub _pad: u8,
 }
-const _: () = assert!(size_of::<VipKey>() == 8);
+const _: () = assert!(size_of::<VipKey>() == 20);
 
 /// How packets for a service leave the node.
 #[repr(u32)]
@@ -60,6 +109,8 @@ pub enum ForwardingMode {
     /// L2 direct server return: rewrite the destination MAC and transmit; the backend
     /// holds the VIP and replies to the client directly.
     Dsr = 1,
+    /// Pass to the kernel stack: the agent's HTTP proxy serves the VIP.
+    L7 = 3,
 }
 
 impl ForwardingMode {
@@ -67,45 +118,96 @@ impl ForwardingMode {
     pub const fn from_u32(value: u32) -> Option<Self> {
         match value {
             1 => Some(Self::Dsr),
+            3 => Some(Self::L7),
             _ => None,
         }
     }
 }
 
-/// Value of the VIP map.
+/// Value of the VIP map: where the service's live backend list and table are.
+///
+/// Userspace writes a new list and table into free regions, then replaces this value in
+/// one map update, so a packet sees the old pair or the new pair, never a mix.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipInfo {
-    /// Index of this service's counters in the VIP stats map (`< MAX_SERVICES`).
+    /// Index of this service's counters (`< MAX_SERVICES`).
     pub service_id: u32,
-    /// Which backend table is live: the slots start at `table_id * MAX_BACKENDS_PER_SERVICE`.
-    /// Userspace fills the inactive table, then flips this field in one map update.
-    pub table_id: u32,
-    /// Number of valid slots in the live table; zero means "no usable backend: drop".
-    pub backend_count: u32,
     /// A [`ForwardingMode`] value.
     pub mode: u32,
+    /// First index of the backend list in the service-backend pool.
+    pub list_base: u32,
+    /// Backends in the list; zero means "no usable backend: drop new flows".
+    pub list_len: u32,
+    /// First table slot (a multiple of [`TABLE_CHUNK_SLOTS`]) in the table pool.
+    pub table_base: u32,
+    /// Table size (Maglev M, a prime); zero when the list is empty.
+    pub table_size: u32,
 }
-const _: () = assert!(size_of::<VipInfo>() == 16);
+const _: () = assert!(size_of::<VipInfo>() == 24);
 
-impl VipInfo {
-    /// First slot index of this service's live table.
-    pub const fn table_base(&self) -> u32 {
-        self.table_id * MAX_BACKENDS_PER_SERVICE
+/// Slots of a Maglev table, packed: each is an index into the service's backend list.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableChunk {
+    /// `TABLE_CHUNK_SLOTS` slots.
+    pub slots: [u16; TABLE_CHUNK_SLOTS as usize],
+}
+const _: () = assert!(size_of::<TableChunk>() == 64);
+
+impl Default for TableChunk {
+    fn default() -> Self {
+        Self {
+            slots: [0; TABLE_CHUNK_SLOTS as usize],
+        }
     }
 }
 
-/// One backend slot in a service's table.
+/// Backend flag: the address is IPv6 (else IPv4-mapped).
+pub const BACKEND_F_IPV6: u32 = 1;
+
+/// One backend, by id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BackendSlot {
-    /// Backend IPv4 address, network byte order; the next-hop MAC for it comes from the
-    /// kernel's FIB at forwarding time.
-    pub addr_be: u32,
-    /// Stable backend identifier, for per-backend accounting.
-    pub backend_id: u32,
+pub struct Backend {
+    /// Backend address (IPv4-mapped for IPv4).
+    pub addr: [u8; 16],
+    /// `BACKEND_F_*` flags.
+    pub flags: u32,
+    /// Service that owns the backend (for accounting).
+    pub service_id: u32,
 }
-const _: () = assert!(size_of::<BackendSlot>() == 8);
+const _: () = assert!(size_of::<Backend>() == 24);
+
+/// Connection-tracking key: the 5-tuple as it arrives (client → VIP).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address (IPv4-mapped for IPv4).
+    pub src: [u8; 16],
+    /// Destination address, the VIP.
+    pub dst: [u8; 16],
+    /// Source port, network byte order.
+    pub src_port_be: u16,
+    /// Destination port, network byte order.
+    pub dst_port_be: u16,
+    /// IP protocol.
+    pub proto: u8,
+    /// Always zero.
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(size_of::<FlowKey>() == 40);
+
+/// Connection-tracking value: the backend a flow is pinned to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowEntry {
+    /// Backend id.
+    pub backend_id: u32,
+    /// Service id the flow was admitted by.
+    pub service_id: u32,
+}
+const _: () = assert!(size_of::<FlowEntry>() == 8);
 
 /// Node-wide settings, stored at index 0 of the config map.
 #[repr(C)]
@@ -125,6 +227,9 @@ mod pod {
     // every bit pattern is a valid value and no uninitialised bytes are read.
     unsafe impl aya::Pod for super::VipKey {}
     unsafe impl aya::Pod for super::VipInfo {}
-    unsafe impl aya::Pod for super::BackendSlot {}
+    unsafe impl aya::Pod for super::TableChunk {}
+    unsafe impl aya::Pod for super::Backend {}
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::FlowEntry {}
     unsafe impl aya::Pod for super::GlobalConfig {}
 }

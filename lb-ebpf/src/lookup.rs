@@ -1,42 +1,88 @@
-//! VIP and backend lookup. The control plane computes the tables; this only indexes.
+//! VIP, conntrack and table lookup. The control plane computes the tables; this only
+//! indexes them.
 
-use lb_common::{BackendSlot, VipInfo, VipKey, flow_hash_v4, maps::MAX_BACKENDS_PER_SERVICE};
-
-use crate::{
-    maps::{BACKENDS, CONFIG, VIPS},
-    parse::Ipv4L4,
+use lb_common::{
+    Backend, FlowEntry, FlowKey, VipInfo, VipKey, flow_hash,
+    maps::{MAX_BACKENDS_PER_SERVICE, TABLE_CHUNK_SLOTS},
 };
 
-/// The service owning this packet's (destination, port, protocol), if any.
+use crate::maps::{BACKENDS, CONFIG, CONNTRACK, SERVICE_BACKENDS, TABLE_CHUNKS_MAP, VIPS};
+
+/// The service owning this flow's (destination, port, protocol), trying the exact port
+/// first and then an all-ports entry.
 #[inline(always)]
-pub fn vip(pkt: &Ipv4L4) -> Option<&'static VipInfo> {
-    let key = VipKey {
-        addr_be: pkt.dst_be,
-        port_be: pkt.dst_port_be,
-        proto: pkt.proto,
+pub fn vip(key: &FlowKey) -> Option<&'static VipInfo> {
+    let mut vip = VipKey {
+        addr: key.dst,
+        port_be: key.dst_port_be,
+        proto: key.proto,
         _pad: 0,
     };
-    // SAFETY: values are plain data that userspace replaces whole; a concurrent update
-    // swaps the element, so the reference stays valid for this program run.
-    unsafe { VIPS.get(key) }
+    // SAFETY: values are plain data that userspace replaces whole; an update swaps the
+    // element, so the reference stays valid for this program run.
+    if let Some(info) = unsafe { VIPS.get(vip) } {
+        return Some(info);
+    }
+    vip.port_be = 0;
+    // SAFETY: as above.
+    unsafe { VIPS.get(vip) }
 }
 
-/// The backend slot the flow hash selects in the service's live table, or `None` when
-/// the service has no usable backend.
+/// A backend and whether this packet starts a new flow.
+pub struct Choice {
+    pub backend_id: u32,
+    pub backend: &'static Backend,
+    pub new_flow: bool,
+}
+
+/// The backend for this flow: the pinned one if conntrack knows the flow (whatever
+/// the table says now), else the table's choice, which is then pinned.
+///
+/// `None`: the service has no usable backend, or its tables are inconsistent.
 #[inline(always)]
-pub fn backend(vip: &VipInfo, pkt: &Ipv4L4) -> Option<&'static BackendSlot> {
-    let count = vip.backend_count;
-    if count == 0 || count > MAX_BACKENDS_PER_SERVICE {
+pub fn backend(vip: &VipInfo, key: &FlowKey) -> Option<Choice> {
+    // SAFETY: as in `vip`.
+    if let Some(entry) = unsafe { CONNTRACK.get(key) } {
+        let backend_id = entry.backend_id;
+        return BACKENDS.get(backend_id).map(|backend| Choice {
+            backend_id,
+            backend,
+            new_flow: false,
+        });
+    }
+    let backend_id = table_choice(vip, key)?;
+    let backend = BACKENDS.get(backend_id)?;
+    let entry = FlowEntry {
+        backend_id,
+        service_id: vip.service_id,
+    };
+    // A full LRU evicts its oldest entry; an insert can only fail on memory pressure,
+    // and then this packet is still forwarded and the next one tries again.
+    let _ = CONNTRACK.insert(key, entry, 0);
+    Some(Choice {
+        backend_id,
+        backend,
+        new_flow: true,
+    })
+}
+
+/// Maglev lookup: the seeded flow hash picks a slot, the slot a position in the
+/// service's backend list, the list a backend id.
+#[inline(always)]
+fn table_choice(vip: &VipInfo, key: &FlowKey) -> Option<u32> {
+    let size = vip.table_size;
+    if size == 0 || vip.list_len == 0 || vip.list_len > MAX_BACKENDS_PER_SERVICE {
         return None;
     }
     let seed = CONFIG.get(0).map_or(0, |c| c.hash_seed);
-    let hash = flow_hash_v4(
-        seed,
-        pkt.src_be,
-        pkt.dst_be,
-        pkt.src_port_be,
-        pkt.dst_port_be,
-        pkt.proto,
-    );
-    BACKENDS.get(vip.table_base() + hash % count)
+    let slot = flow_hash(seed, key) % size;
+    // table_base is a multiple of TABLE_CHUNK_SLOTS, so the chunk and the position in
+    // it follow from the slot alone.
+    let chunk =
+        TABLE_CHUNKS_MAP.get(vip.table_base / TABLE_CHUNK_SLOTS + slot / TABLE_CHUNK_SLOTS)?;
+    let index = *chunk.slots.get((slot % TABLE_CHUNK_SLOTS) as usize)? as u32;
+    if index >= vip.list_len {
+        return None;
+    }
+    SERVICE_BACKENDS.get(vip.list_base + index).copied()
 }

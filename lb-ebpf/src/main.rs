@@ -16,7 +16,7 @@ mod parse;
 mod stats;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use lb_common::Counter;
+use lb_common::{Counter, ForwardingMode};
 
 /// What happens to a packet and the counter that says why.
 #[derive(Clone, Copy)]
@@ -43,6 +43,16 @@ impl Verdict {
             reason,
         }
     }
+
+    /// Send the (rewritten) packet on with `action`.
+    pub const fn forward(action: u32, reason: Counter) -> Self {
+        Self { action, reason }
+    }
+
+    /// Whether the packet leaves towards a backend.
+    pub const fn forwarded(&self) -> bool {
+        matches!(self.reason, Counter::Tx | Counter::Redirect)
+    }
 }
 
 #[xdp]
@@ -65,19 +75,23 @@ pub fn xdp_pass(_ctx: XdpContext) -> u32 {
 /// Parses the packet, finds its VIP and backend, and forwards it.
 #[inline(always)]
 fn steer(ctx: &XdpContext) -> Verdict {
-    let pkt = match parse::ipv4_l4(ctx) {
+    let pkt = match parse::packet(ctx) {
         Ok(pkt) => pkt,
         Err(verdict) => return verdict,
     };
-    let Some(vip) = lookup::vip(&pkt) else {
+    let Some(vip) = lookup::vip(&pkt.key) else {
         return Verdict::pass(Counter::PassNotVip);
     };
-    let Some(backend) = lookup::backend(vip, &pkt) else {
+    if vip.mode == ForwardingMode::L7 as u32 {
+        return Verdict::pass(Counter::PassL7);
+    }
+    let Some(choice) = lookup::backend(vip, &pkt.key) else {
         return Verdict::drop(Counter::DropNoBackend);
     };
-    let verdict = forward::to_backend(ctx, &pkt, backend.addr_be);
-    if verdict.action != xdp_action::XDP_PASS && verdict.action != xdp_action::XDP_DROP {
-        stats::count_vip(vip.service_id, ctx.data_end() - ctx.data());
+    let verdict = forward::to_backend(ctx, &pkt, choice.backend);
+    if verdict.forwarded() {
+        let bytes = (ctx.data_end() - ctx.data()) as u64;
+        stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
     }
     verdict
 }

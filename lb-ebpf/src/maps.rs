@@ -1,31 +1,51 @@
 //! Every map the data plane uses. Sizes and layouts come from `lb-common`; names are
-//! the ABI userspace opens them by.
+//! the ABI userspace opens (and pins) them by.
 
 use aya_ebpf::{
+    bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use lb_common::{
-    BackendSlot, Counter, GlobalConfig, VipInfo, VipKey, VipStats,
-    maps::{BACKEND_SLOTS, MAX_SERVICES},
+    Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo, VipKey,
+    maps::{CONNTRACK_ENTRIES, MAX_BACKENDS, MAX_SERVICES, SERVICE_BACKEND_SLOTS, TABLE_CHUNKS},
 };
 
-/// Which VIPs this node serves: (address, port, protocol) → service.
-#[map(name = "LB_VIPS_V1")]
+/// Which VIPs this node serves: (address, port or 0, protocol) → service.
+#[map(name = "LB_VIPS_V2")]
 pub static VIPS: HashMap<VipKey, VipInfo> = HashMap::with_max_entries(MAX_SERVICES, 0);
 
-/// Backend tables, two per service (see `VipInfo::table_id`).
-#[map(name = "LB_BACKENDS_V1")]
-pub static BACKENDS: Array<BackendSlot> = Array::with_max_entries(BACKEND_SLOTS, 0);
+/// Backends by id.
+#[map(name = "LB_BACKENDS_V2")]
+pub static BACKENDS: Array<Backend> = Array::with_max_entries(MAX_BACKENDS, 0);
+
+/// Pool of service backend lists: `VipInfo::list_base + i` → backend id.
+#[map(name = "LB_SVC_BACKENDS_V2")]
+pub static SERVICE_BACKENDS: Array<u32> = Array::with_max_entries(SERVICE_BACKEND_SLOTS, 0);
+
+/// Pool of Maglev tables, 32 two-byte slots per element.
+#[map(name = "LB_TABLES_V2")]
+pub static TABLE_CHUNKS_MAP: Array<TableChunk> = Array::with_max_entries(TABLE_CHUNKS, 0);
+
+/// Connection tracking: the backend each flow is pinned to. Per-CPU LRU lists
+/// (`BPF_F_NO_COMMON_LRU`) avoid a global lock on insert; the table itself is shared.
+#[map(name = "LB_CONNTRACK_V2")]
+pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry> =
+    LruHashMap::with_max_entries(CONNTRACK_ENTRIES, BPF_F_NO_COMMON_LRU);
 
 /// Node-wide settings at index 0.
-#[map(name = "LB_CONFIG_V1")]
+#[map(name = "LB_CONFIG_V2")]
 pub static CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);
 
 /// Global verdict and reason counters, one slot per `Counter`.
-#[map(name = "LB_COUNTERS_V1")]
+#[map(name = "LB_COUNTERS_V2")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
-/// Per-service packets and bytes forwarded, indexed by `VipInfo::service_id`.
-#[map(name = "LB_VIP_STATS_V1")]
-pub static VIP_STATS: PerCpuArray<VipStats> = PerCpuArray::with_max_entries(MAX_SERVICES, 0);
+/// Per-service traffic, indexed by `VipInfo::service_id`.
+#[map(name = "LB_VIP_STATS_V2")]
+pub static VIP_STATS: PerCpuArray<TrafficStats> = PerCpuArray::with_max_entries(MAX_SERVICES, 0);
+
+/// Per-backend traffic, indexed by backend id.
+#[map(name = "LB_BACKEND_STATS_V2")]
+pub static BACKEND_STATS: PerCpuArray<TrafficStats> =
+    PerCpuArray::with_max_entries(MAX_BACKENDS, 0);

@@ -3,11 +3,18 @@
 //! Header structs hold byte arrays only (alignment 1), because headers sit at arbitrary
 //! offsets in the frame. Every pointer comes from [`ptr_at`], which proves to the
 //! verifier that the whole header lies inside the packet.
+//!
+//! Policy (each counted): IPv4 with options, IPv4 fragments and IPv6 packets whose
+//! first next-header is not TCP/UDP go to the stack untouched; frames that are
+//! truncated or whose lengths contradict each other are dropped.
 
 use core::mem::size_of;
 
 use aya_ebpf::programs::XdpContext;
-use lb_common::{Counter, maps::proto};
+use lb_common::{
+    Counter, FlowKey,
+    maps::{proto, v4_mapped},
+};
 
 use crate::Verdict;
 
@@ -16,6 +23,13 @@ use crate::Verdict;
 pub struct EthHdr {
     pub dst: [u8; 6],
     pub src: [u8; 6],
+    pub ether_type: [u8; 2],
+}
+
+/// The four bytes an 802.1Q tag adds after the MACs (its TCI, then the inner type).
+#[repr(C)]
+pub struct VlanTag {
+    pub tci: [u8; 2],
     pub ether_type: [u8; 2],
 }
 
@@ -34,6 +48,17 @@ pub struct Ipv4Hdr {
     pub dst: [u8; 4],
 }
 
+/// IPv6 fixed header.
+#[repr(C)]
+pub struct Ipv6Hdr {
+    pub vtc_flow: [u8; 4],
+    pub payload_len: [u8; 2],
+    pub next_hdr: u8,
+    pub hop_limit: u8,
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+}
+
 /// The first four bytes of a TCP or UDP header.
 #[repr(C)]
 pub struct L4Ports {
@@ -42,12 +67,14 @@ pub struct L4Ports {
 }
 
 const ETH_LEN: usize = size_of::<EthHdr>();
+const VLAN_LEN: usize = size_of::<VlanTag>();
 const IPV4_LEN: usize = size_of::<Ipv4Hdr>();
+const IPV6_LEN: usize = size_of::<Ipv6Hdr>();
 const ETH_P_IPV4: [u8; 2] = 0x0800u16.to_be_bytes();
+const ETH_P_IPV6: [u8; 2] = 0x86ddu16.to_be_bytes();
+const ETH_P_8021Q: [u8; 2] = 0x8100u16.to_be_bytes();
 /// More-fragments flag and fragment offset bits of the IPv4 `frag` field.
 const IPV4_FRAG_MASK: u16 = 0x3fff;
-const TCP_MIN_LEN: u16 = 20;
-const UDP_LEN: u16 = 8;
 
 /// A bounds-checked pointer to a `T` at `offset` bytes into the packet.
 #[inline(always)]
@@ -60,34 +87,66 @@ pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
     Some((start + offset) as *mut T)
 }
 
-/// An IPv4 TCP or UDP packet, with the fields the lookup and the forwarder need.
-pub struct Ipv4L4 {
+/// A TCP or UDP packet over IPv4 or IPv6, with what lookup and forwarding need.
+pub struct Packet {
     /// The Ethernet header, for the MAC rewrite.
     pub eth: *mut EthHdr,
-    pub src_be: u32,
-    pub dst_be: u32,
-    pub src_port_be: u16,
-    pub dst_port_be: u16,
-    pub proto: u8,
-    /// IPv4 total length, host order.
-    pub tot_len: u16,
+    /// The 5-tuple as it arrived (IPv4 addresses IPv4-mapped).
+    pub key: FlowKey,
+    /// IPv6 rather than IPv4.
+    pub ipv6: bool,
+    /// Length of the IP packet (IPv4 total length; IPv6 payload + 40), for the FIB's
+    /// MTU check.
+    pub ip_len: u16,
 }
 
-/// Parses Ethernet → IPv4 (no options, not a fragment) → TCP/UDP ports.
+/// Minimum L4 header length for the protocols we balance, or `None` for the rest.
+#[inline(always)]
+fn l4_min_len(proto: u8) -> Option<u16> {
+    match proto {
+        proto::TCP => Some(20),
+        proto::UDP => Some(8),
+        _ => None,
+    }
+}
+
+/// Parses Ethernet (+ one 802.1Q tag) → IPv4 or IPv6 → TCP/UDP ports.
 ///
 /// # Errors
-/// The verdict for anything else: pass for traffic that is simply not ours (counted by
-/// kind), drop for frames that are truncated or whose lengths contradict each other.
+/// The verdict for anything else (see the module policy).
 #[inline(always)]
-pub fn ipv4_l4(ctx: &XdpContext) -> Result<Ipv4L4, Verdict> {
+pub fn packet(ctx: &XdpContext) -> Result<Packet, Verdict> {
     let malformed = Verdict::drop(Counter::DropMalformed);
     let eth: *mut EthHdr = ptr_at(ctx, 0).ok_or(malformed)?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
-    if unsafe { (*eth).ether_type } != ETH_P_IPV4 {
-        return Err(Verdict::pass(Counter::PassNotIpv4));
+    let mut ether_type = unsafe { (*eth).ether_type };
+    let mut l3 = ETH_LEN;
+    if ether_type == ETH_P_8021Q {
+        let tag: *const VlanTag = ptr_at(ctx, ETH_LEN).ok_or(malformed)?;
+        // SAFETY: as above.
+        ether_type = unsafe { (*tag).ether_type };
+        l3 += VLAN_LEN;
     }
-    let ip: *const Ipv4Hdr = ptr_at(ctx, ETH_LEN).ok_or(malformed)?;
-    // SAFETY: as above.
+    let frame_len = ctx.data_end() - ctx.data();
+    if ether_type == ETH_P_IPV4 {
+        ipv4(ctx, eth, l3, frame_len)
+    } else if ether_type == ETH_P_IPV6 {
+        ipv6(ctx, eth, l3, frame_len)
+    } else {
+        Err(Verdict::pass(Counter::PassNotIp))
+    }
+}
+
+#[inline(always)]
+fn ipv4(
+    ctx: &XdpContext,
+    eth: *mut EthHdr,
+    l3: usize,
+    frame_len: usize,
+) -> Result<Packet, Verdict> {
+    let malformed = Verdict::drop(Counter::DropMalformed);
+    let ip: *const Ipv4Hdr = ptr_at(ctx, l3).ok_or(malformed)?;
+    // SAFETY: ptr_at checked that the header lies inside the packet.
     let ip = unsafe { &*ip };
     let ihl = ip.version_ihl & 0x0f;
     if ip.version_ihl >> 4 != 4 || ihl < 5 {
@@ -99,26 +158,78 @@ pub fn ipv4_l4(ctx: &XdpContext) -> Result<Ipv4L4, Verdict> {
     if u16::from_be_bytes(ip.frag) & IPV4_FRAG_MASK != 0 {
         return Err(Verdict::pass(Counter::PassFragment));
     }
-    let l4_min = match ip.proto {
-        proto::TCP => TCP_MIN_LEN,
-        proto::UDP => UDP_LEN,
-        _ => return Err(Verdict::pass(Counter::PassNotVip)),
-    };
+    let l4_min = l4_min_len(ip.proto).ok_or(Verdict::pass(Counter::PassNotVip))?;
     let tot_len = u16::from_be_bytes(ip.tot_len);
-    let frame_len = ctx.data_end() - ctx.data();
-    if tot_len < IPV4_LEN as u16 + l4_min || ETH_LEN + tot_len as usize > frame_len {
+    if tot_len < IPV4_LEN as u16 + l4_min || l3 + tot_len as usize > frame_len {
         return Err(malformed);
     }
-    let ports: *const L4Ports = ptr_at(ctx, ETH_LEN + IPV4_LEN).ok_or(malformed)?;
-    // SAFETY: as above.
-    let ports = unsafe { &*ports };
-    Ok(Ipv4L4 {
+    let ports = l4_ports(ctx, l3 + IPV4_LEN)?;
+    Ok(Packet {
         eth,
-        src_be: u32::from_ne_bytes(ip.src),
-        dst_be: u32::from_ne_bytes(ip.dst),
-        src_port_be: u16::from_ne_bytes(ports.src),
-        dst_port_be: u16::from_ne_bytes(ports.dst),
-        proto: ip.proto,
-        tot_len,
+        key: FlowKey {
+            src: v4_mapped(ip.src),
+            dst: v4_mapped(ip.dst),
+            src_port_be: u16::from_ne_bytes(ports.src),
+            dst_port_be: u16::from_ne_bytes(ports.dst),
+            proto: ip.proto,
+            _pad: [0; 3],
+        },
+        ipv6: false,
+        ip_len: tot_len,
     })
+}
+
+#[inline(always)]
+fn ipv6(
+    ctx: &XdpContext,
+    eth: *mut EthHdr,
+    l3: usize,
+    frame_len: usize,
+) -> Result<Packet, Verdict> {
+    let malformed = Verdict::drop(Counter::DropMalformed);
+    let ip: *const Ipv6Hdr = ptr_at(ctx, l3).ok_or(malformed)?;
+    // SAFETY: ptr_at checked that the header lies inside the packet.
+    let ip = unsafe { &*ip };
+    if ip.vtc_flow[0] >> 4 != 6 {
+        return Err(malformed);
+    }
+    let l4_min = match l4_min_len(ip.next_hdr) {
+        Some(len) => len,
+        None if is_extension_header(ip.next_hdr) => {
+            return Err(Verdict::pass(Counter::PassFragment));
+        }
+        None => return Err(Verdict::pass(Counter::PassNotVip)),
+    };
+    let payload_len = u16::from_be_bytes(ip.payload_len);
+    if payload_len < l4_min || l3 + IPV6_LEN + payload_len as usize > frame_len {
+        return Err(malformed);
+    }
+    let ports = l4_ports(ctx, l3 + IPV6_LEN)?;
+    Ok(Packet {
+        eth,
+        key: FlowKey {
+            src: ip.src,
+            dst: ip.dst,
+            src_port_be: u16::from_ne_bytes(ports.src),
+            dst_port_be: u16::from_ne_bytes(ports.dst),
+            proto: ip.next_hdr,
+            _pad: [0; 3],
+        },
+        ipv6: true,
+        ip_len: payload_len.saturating_add(IPV6_LEN as u16),
+    })
+}
+
+#[inline(always)]
+fn l4_ports(ctx: &XdpContext, offset: usize) -> Result<&L4Ports, Verdict> {
+    let ports: *const L4Ports = ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))?;
+    // SAFETY: ptr_at checked that the header lies inside the packet.
+    Ok(unsafe { &*ports })
+}
+
+/// IPv6 extension headers (RFC 8200 §4 and the IANA list): hop-by-hop, routing,
+/// fragment, destination options, AH, ESP, mobility, HIP, shim6.
+#[inline(always)]
+fn is_extension_header(next: u8) -> bool {
+    matches!(next, 0 | 43 | 44 | 60 | 51 | 50 | 135 | 139 | 140)
 }

@@ -1,17 +1,17 @@
 //! The agent: turns a validated config into a programmed, attached data plane and
 //! takes it down again cleanly.
 
-use std::{ffi::CString, net::Ipv4Addr};
+use std::{ffi::CString, net::IpAddr, time::Instant};
 
 use lb_common::{Counter, ForwardingMode, GlobalConfig};
 
 use crate::{
     config::{ForwardingModeConfig, ValidConfig},
     dataplane::{
-        DataplaneError, ServiceProgram, kernel::KernelDataplane, neighbour, program_service,
+        DataplaneError, MapOps as _, Programmer, ServiceSpec, kernel::KernelDataplane, neighbour,
         vip_key,
     },
-    sysctl::Ipv4Forwarding,
+    sysctl::Forwarding,
 };
 
 /// Why the agent could not start or stop.
@@ -27,10 +27,10 @@ pub enum AgentError {
     #[error(transparent)]
     Dataplane(#[from] DataplaneError),
     /// A node setting the data plane needs could not be applied.
-    #[error("{setting} on {interface}: {source}")]
+    #[error("{family} forwarding on {interface}: {source}")]
     Sysctl {
-        /// The setting.
-        setting: &'static str,
+        /// "ipv4" or "ipv6".
+        family: &'static str,
         /// The interface.
         interface: String,
         /// The error.
@@ -41,7 +41,7 @@ pub enum AgentError {
     #[error("keeping backend {addr} resolved on {interface}: {source}")]
     Neighbour {
         /// The backend.
-        addr: Ipv4Addr,
+        addr: IpAddr,
         /// The interface.
         interface: String,
         /// The kernel's error.
@@ -54,65 +54,66 @@ pub enum AgentError {
 #[derive(Debug)]
 pub struct Agent {
     dataplane: KernelDataplane,
+    programmer: Programmer,
     config: ValidConfig,
     ifindex: u32,
-    forwarding: Ipv4Forwarding,
+    forwarding: Vec<Forwarding>,
 }
 
-/// What the data plane is told for each configured service, in config order (the
-/// position is the service id).
-pub fn service_programs(config: &ValidConfig) -> Vec<ServiceProgram> {
+/// What the data plane is told for each configured service.
+pub fn service_specs(config: &ValidConfig) -> Vec<ServiceSpec> {
     config
         .services
         .iter()
-        .enumerate()
-        .map(|(id, svc)| ServiceProgram {
-            key: vip_key(svc.vip, svc.port, svc.protocol.number()),
-            service_id: id as u32,
+        .map(|svc| ServiceSpec {
+            name: svc.name.clone(),
+            key: vip_key(svc.vip, svc.port.key_port(), svc.protocol.number()),
             mode: match svc.mode {
                 ForwardingModeConfig::Dsr => ForwardingMode::Dsr,
+                ForwardingModeConfig::L7 => ForwardingMode::L7,
             },
             backends: svc.backends.iter().map(|b| b.address).collect(),
+            table_size: svc.table_size,
         })
         .collect()
 }
 
 impl Agent {
     /// Loads the data plane, programs every service, makes the kernel keep backend
-    /// neighbours resolved, then attaches — in that order, so the first packet already
-    /// sees complete tables.
+    /// neighbours resolved, enables forwarding, then attaches — in that order, so the
+    /// first packet already sees complete tables.
     ///
     /// # Errors
     /// [`AgentError`] saying which step failed; nothing stays attached in that case.
     pub fn start(config: ValidConfig) -> Result<Self, AgentError> {
-        let ifindex = ifindex(&config.node.interface)?;
+        let interface = config.node.interface.clone();
+        let ifindex = ifindex(&interface)?;
         let mut dataplane = KernelDataplane::load()?;
         dataplane.set_config(GlobalConfig {
             hash_seed: config.node.hash_seed,
             flags: 0,
         })?;
-        for svc in service_programs(&config) {
-            program_service(&mut dataplane, &svc)?;
-            for &addr in &svc.backends {
-                neighbour::ensure_managed(ifindex, addr).map_err(|source| {
-                    AgentError::Neighbour {
-                        addr,
-                        interface: config.node.interface.clone(),
-                        source,
-                    }
-                })?;
-            }
-        }
-        let forwarding = Ipv4Forwarding::enable(&config.node.interface).map_err(|source| {
-            AgentError::Sysctl {
-                setting: "net.ipv4.conf.<interface>.forwarding",
-                interface: config.node.interface.clone(),
+        let mut programmer = Programmer::default();
+        let specs = service_specs(&config);
+        programmer.apply(&mut dataplane, &specs, Instant::now())?;
+        for addr in dsr_backends(&specs) {
+            neighbour::ensure_managed(ifindex, addr).map_err(|source| AgentError::Neighbour {
+                addr,
+                interface: interface.clone(),
                 source,
-            }
-        })?;
-        dataplane.attach(&config.node.interface, config.node.xdp_mode)?;
+            })?;
+        }
+        let mut forwarding = vec![enable_forwarding("ipv4", &interface)?];
+        if specs
+            .iter()
+            .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
+        {
+            forwarding.push(enable_forwarding("ipv6", &interface)?);
+        }
+        dataplane.attach(&interface, config.node.xdp_mode)?;
         Ok(Self {
             dataplane,
+            programmer,
             config,
             ifindex,
             forwarding,
@@ -122,6 +123,11 @@ impl Agent {
     /// The loaded data plane (counters, maps).
     pub fn dataplane(&self) -> &KernelDataplane {
         &self.dataplane
+    }
+
+    /// What is programmed, service by service.
+    pub fn programmer(&self) -> &Programmer {
+        &self.programmer
     }
 
     /// Every global counter, summed over CPUs, in index order.
@@ -141,30 +147,48 @@ impl Agent {
     }
 
     /// Detaches the program, removes the neighbour entries the agent made and restores
-    /// the interface's forwarding setting.
+    /// the interface's forwarding settings.
     ///
     /// # Errors
     /// The detach failed (the program is still detached when the agent is dropped).
     pub fn shutdown(mut self) -> Result<(), AgentError> {
         self.dataplane.detach()?;
-        for svc in &self.config.services {
-            for b in &svc.backends {
-                if let Err(err) = neighbour::remove(self.ifindex, b.address) {
-                    log::warn!("removing neighbour entry for {}: {err}", b.address);
-                }
+        for addr in dsr_backends(&service_specs(&self.config)) {
+            if let Err(err) = neighbour::remove(self.ifindex, addr) {
+                log::warn!("removing neighbour entry for {addr}: {err}");
             }
         }
-        if let Err(err) = self.forwarding.restore() {
-            log::warn!(
-                "restoring IPv4 forwarding on {}: {err}",
-                self.config.node.interface
-            );
+        for f in self.forwarding {
+            if let Err(err) = f.restore() {
+                log::warn!(
+                    "restoring forwarding on {}: {err}",
+                    self.config.node.interface
+                );
+            }
         }
         Ok(())
     }
 }
 
-use crate::dataplane::MapOps as _;
+/// Backends the node forwards to at layer 2 (their neighbours must stay resolved).
+fn dsr_backends(specs: &[ServiceSpec]) -> Vec<IpAddr> {
+    let mut addrs: Vec<IpAddr> = specs
+        .iter()
+        .filter(|s| s.mode == ForwardingMode::Dsr)
+        .flat_map(|s| s.backends.iter().copied())
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    addrs
+}
+
+fn enable_forwarding(family: &'static str, interface: &str) -> Result<Forwarding, AgentError> {
+    Forwarding::enable(family, interface).map_err(|source| AgentError::Sysctl {
+        family,
+        interface: interface.to_owned(),
+        source,
+    })
+}
 
 /// The interface index of `name` in the calling thread's network namespace.
 ///

@@ -4,4 +4,5 @@
 pub mod agent;
 pub mod config;
 pub mod dataplane;
+pub mod maglev;
 pub mod sysctl;

@@ -5,13 +5,14 @@
 //! hops exactly as on a node. [`XdpRig`] loads the data plane inside that namespace
 //! (call [`FixtureHost::run`]) and feeds it packets as if they arrived on `eth0`.
 
-use std::net::Ipv4Addr;
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    time::Instant,
+};
 
 use aya::{TestRun as _, TestRunOptions};
-use lb_common::{Counter, GlobalConfig};
-use lb_userspace::dataplane::{
-    MapOps as _, ServiceProgram, kernel::KernelDataplane, program_service,
-};
+use lb_common::{Counter, FlowKey, GlobalConfig, flow_hash};
+use lb_userspace::dataplane::{MapOps as _, Programmer, ServiceSpec, kernel::KernelDataplane};
 
 use crate::Netns;
 
@@ -21,14 +22,20 @@ pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 /// The host's address on `eth0`.
 pub const HOST_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+/// The host's IPv6 address on `eth0`.
+pub const HOST_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 
 /// Backend `i` (0-based) of the fixture host: address and the MAC its permanent
 /// neighbour entry resolves to.
-pub fn backend(i: u8) -> (Ipv4Addr, [u8; 6]) {
-    (
-        Ipv4Addr::new(198, 18, 0, 11 + i),
-        [0x02, 0, 0, 0, 0, 0x11 + i],
-    )
+pub fn backend(i: u8) -> (IpAddr, [u8; 6]) {
+    let addr = Ipv4Addr::new(198, 18, 0, 11 + i);
+    (IpAddr::V4(addr), [0x02, 0, 0, 0, 0, 0x11 + i])
+}
+
+/// IPv6 backend `i` (0-based): address and MAC.
+pub fn backend6(i: u8) -> (IpAddr, [u8; 6]) {
+    let addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x11 + u16::from(i));
+    (IpAddr::V6(addr), [0x02, 0, 0, 0, 0x06, 0x11 + i])
 }
 
 /// Backends with a neighbour entry.
@@ -50,10 +57,18 @@ impl FixtureHost {
         let mac = fmt_mac(HOST_MAC);
         ns.ip(&["link", "set", "eth0", "address", &mac]);
         ns.ip(&["addr", "add", &format!("{HOST_ADDR}/24"), "dev", "eth0"]);
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{HOST_ADDR6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
         ns.ip(&["link", "set", "eth0", "up"]);
         ns.ip(&["link", "set", "peer0", "up"]);
-        for i in 0..RESOLVED_BACKENDS {
-            let (addr, mac) = backend(i);
+        for (addr, mac) in (0..RESOLVED_BACKENDS).flat_map(|i| [backend(i), backend6(i)]) {
             ns.ip(&[
                 "neigh",
                 "replace",
@@ -67,6 +82,7 @@ impl FixtureHost {
             ]);
         }
         ns.sysctl("net.ipv4.conf.eth0.forwarding", "1");
+        ns.sysctl("net.ipv6.conf.eth0.forwarding", "1");
         Self { ns }
     }
 
@@ -115,6 +131,10 @@ pub mod action {
 pub struct XdpRig {
     /// The data plane under test.
     pub dataplane: KernelDataplane,
+    /// What is programmed.
+    pub programmer: Programmer,
+    specs: Vec<ServiceSpec>,
+    seed: u32,
     ifindex: u32,
 }
 
@@ -129,12 +149,30 @@ impl XdpRig {
             })
             .expect("set config");
         let ifindex = lb_userspace::agent::ifindex("eth0").expect("eth0 in fixture netns");
-        Self { dataplane, ifindex }
+        Self {
+            dataplane,
+            programmer: Programmer::default(),
+            specs: Vec::new(),
+            seed,
+            ifindex,
+        }
     }
 
-    /// Programs a service.
-    pub fn program(&mut self, svc: &ServiceProgram) {
-        program_service(&mut self.dataplane, svc).expect("program service");
+    /// Adds or replaces a service (by VIP key) and reprograms.
+    pub fn program(&mut self, spec: ServiceSpec) {
+        self.specs.retain(|s| s.key != spec.key);
+        self.specs.push(spec);
+        self.programmer
+            .apply(&mut self.dataplane, &self.specs, Instant::now())
+            .expect("program services");
+    }
+
+    /// The backend a new flow must get, from the programmed table (computed in
+    /// userspace, independently of the kernel's lookup).
+    pub fn expected_backend(&self, vip: &lb_common::VipKey, key: &FlowKey) -> IpAddr {
+        let p = self.programmer.service(vip).expect("service programmed");
+        let slot = flow_hash(self.seed, key) % p.info.table_size;
+        p.backends[usize::from(p.table[slot as usize])]
     }
 
     /// Runs one packet through the program as if received on `eth0`.

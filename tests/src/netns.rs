@@ -25,6 +25,11 @@ impl Netns {
         run("ip", &["netns", "add", &name]);
         let ns = Self { name };
         ns.ip(&["link", "set", "lo", "up"]);
+        // No duplicate address detection on interfaces made later: a tentative
+        // link-local address cannot source neighbour discovery, so the first IPv6
+        // connection of a test would race DAD and fail with "network unreachable".
+        ns.sysctl("net.ipv6.conf.default.accept_dad", "0");
+        ns.sysctl("net.ipv6.conf.all.accept_dad", "0");
         ns
     }
 

@@ -1,7 +1,7 @@
 //! A small packet builder for fixtures: `Packet::eth(..).ipv4(..).tcp(..)`, with valid
 //! IPv4 and L4 checksums, plus knobs to break things (options, fragments, truncation).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// A frame under construction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,16 +34,15 @@ impl Packet {
         dport: u16,
         payload: &[u8],
     ) -> Self {
-        let mut l4 = Vec::with_capacity(20 + payload.len());
-        l4.extend_from_slice(&sport.to_be_bytes());
-        l4.extend_from_slice(&dport.to_be_bytes());
-        l4.extend_from_slice(&1u32.to_be_bytes()); // seq
-        l4.extend_from_slice(&0u32.to_be_bytes()); // ack
-        l4.extend_from_slice(&[0x50, 0x02]); // data offset 5, SYN
-        l4.extend_from_slice(&64240u16.to_be_bytes());
-        l4.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent
-        l4.extend_from_slice(payload);
-        Self::ipv4_with(eth, src, dst, TCP, l4, 16, &[])
+        Self::ipv4_with(
+            eth,
+            src,
+            dst,
+            TCP,
+            tcp_segment(sport, dport, payload),
+            16,
+            &[],
+        )
     }
 
     /// An IPv4 UDP datagram with `payload`, all checksums valid.
@@ -55,13 +54,15 @@ impl Packet {
         dport: u16,
         payload: &[u8],
     ) -> Self {
-        let mut l4 = Vec::with_capacity(8 + payload.len());
-        l4.extend_from_slice(&sport.to_be_bytes());
-        l4.extend_from_slice(&dport.to_be_bytes());
-        l4.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-        l4.extend_from_slice(&[0, 0]);
-        l4.extend_from_slice(payload);
-        Self::ipv4_with(eth, src, dst, UDP, l4, 6, &[])
+        Self::ipv4_with(
+            eth,
+            src,
+            dst,
+            UDP,
+            udp_datagram(sport, dport, payload),
+            6,
+            &[],
+        )
     }
 
     /// IPv4 around an L4 segment; `csum_at` is the L4 checksum offset, `options` are
@@ -109,6 +110,68 @@ impl Packet {
         eth
     }
 
+    /// An IPv6 TCP packet with `payload`, checksum valid.
+    pub fn tcp6(
+        eth: Self,
+        src: Ipv6Addr,
+        sport: u16,
+        dst: Ipv6Addr,
+        dport: u16,
+        payload: &[u8],
+    ) -> Self {
+        let mut l4 = tcp_segment(sport, dport, payload);
+        Self::ipv6_with(eth, src, dst, TCP, &mut l4, 16)
+    }
+
+    /// An IPv6 UDP datagram with `payload`, checksum valid.
+    pub fn udp6(
+        eth: Self,
+        src: Ipv6Addr,
+        sport: u16,
+        dst: Ipv6Addr,
+        dport: u16,
+        payload: &[u8],
+    ) -> Self {
+        let mut l4 = udp_datagram(sport, dport, payload);
+        Self::ipv6_with(eth, src, dst, UDP, &mut l4, 6)
+    }
+
+    /// IPv6 around an L4 segment whose checksum sits at `csum_at`.
+    pub fn ipv6_with(
+        mut eth: Self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        next: u8,
+        l4: &mut [u8],
+        csum_at: usize,
+    ) -> Self {
+        let mut ip = vec![0x60, 0, 0, 0];
+        ip.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+        ip.extend_from_slice(&[next, 64]);
+        ip.extend_from_slice(&src.octets());
+        ip.extend_from_slice(&dst.octets());
+        let mut pseudo = Vec::with_capacity(40);
+        pseudo.extend_from_slice(&src.octets());
+        pseudo.extend_from_slice(&dst.octets());
+        pseudo.extend_from_slice(&(l4.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, next]);
+        let c = checksum(&[&pseudo, l4]);
+        l4[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+        eth.bytes.extend_from_slice(&ip);
+        eth.bytes.extend_from_slice(l4);
+        eth
+    }
+
+    /// Inserts an 802.1Q tag with VLAN id `vid` after the MAC addresses.
+    pub fn with_vlan(mut self, vid: u16) -> Self {
+        let inner = [self.bytes[12], self.bytes[13]];
+        let mut tag = vec![0x81, 0x00];
+        tag.extend_from_slice(&(vid & 0x0fff).to_be_bytes());
+        tag.extend_from_slice(&inner);
+        self.bytes.splice(12..14, tag);
+        self
+    }
+
     /// Sets the IPv4 flags/fragment-offset field (the header checksum is recomputed).
     pub fn with_frag(mut self, field: u16) -> Self {
         self.bytes[20..22].copy_from_slice(&field.to_be_bytes());
@@ -129,6 +192,31 @@ impl Packet {
         self.bytes.truncate(len);
         self
     }
+}
+
+/// A TCP SYN segment (checksum zero, filled in by the IP layer builder).
+pub fn tcp_segment(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut l4 = Vec::with_capacity(20 + payload.len());
+    l4.extend_from_slice(&sport.to_be_bytes());
+    l4.extend_from_slice(&dport.to_be_bytes());
+    l4.extend_from_slice(&1u32.to_be_bytes()); // seq
+    l4.extend_from_slice(&0u32.to_be_bytes()); // ack
+    l4.extend_from_slice(&[0x50, 0x02]); // data offset 5, SYN
+    l4.extend_from_slice(&64240u16.to_be_bytes());
+    l4.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent
+    l4.extend_from_slice(payload);
+    l4
+}
+
+/// A UDP datagram (checksum zero, filled in by the IP layer builder).
+pub fn udp_datagram(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut l4 = Vec::with_capacity(8 + payload.len());
+    l4.extend_from_slice(&sport.to_be_bytes());
+    l4.extend_from_slice(&dport.to_be_bytes());
+    l4.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    l4.extend_from_slice(&[0, 0]);
+    l4.extend_from_slice(payload);
+    l4
 }
 
 /// The Internet checksum over the concatenation of `parts`.

@@ -2,15 +2,16 @@
 //! client, the load-balancer node and N backends.
 //!
 //! ```text
-//!  client 198.18.0.1 ─┐                 ┌─ backend-1 198.18.0.11  (VIP on lo)
-//!  lb     198.18.0.2 ─┤── br0 (switch) ─┼─ backend-2 198.18.0.12  (VIP on lo)
-//!                     │                 └─ backend-3 198.18.0.13  (VIP on lo)
+//!  client 198.18.0.1  2001:db8::1 ─┐                 ┌─ backend-1 198.18.0.11 2001:db8::11
+//!  lb     198.18.0.2  2001:db8::2 ─┤── br0 (switch) ─┼─ backend-2 198.18.0.12 2001:db8::12
+//!                                  │                 └─ backend-3 198.18.0.13 2001:db8::13
+//!  VIPs 198.18.100.1 and 2001:db8:0:100::1 on every backend's lo
 //! ```
 //! The client routes the VIP subnet via the LB node; backends hold the VIP on `lo`
 //! and answer the client directly (DSR). Every interface inside a host namespace is
 //! called `eth0`.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::Netns;
 
@@ -22,10 +23,21 @@ pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 pub const LB_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 /// The VIP served by the backends.
 pub const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
+/// Client IPv6 address.
+pub const CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+/// Load-balancer node IPv6 address.
+pub const LB_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+/// The IPv6 VIP served by the backends.
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0x100, 0, 0, 0, 1);
 
 /// Address of backend `i` (0-based).
 pub fn backend_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 0, 11 + i as u8)
+}
+
+/// IPv6 address of backend `i` (0-based).
+pub fn backend_addr6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x11 + i as u16)
 }
 
 /// Shape of the topology.
@@ -75,22 +87,25 @@ impl Topology {
             .map(|i| Netns::new(&format!("b{}", i + 1)))
             .collect();
 
-        plug(&switch, &client, "p-client", CLIENT_ADDR);
-        plug(&switch, &lb, "p-lb", LB_ADDR);
+        plug(&switch, &client, "p-client", CLIENT_ADDR, CLIENT_ADDR6);
+        plug(&switch, &lb, "p-lb", LB_ADDR, LB_ADDR6);
         for (i, b) in backends.iter().enumerate() {
-            plug(&switch, b, &format!("p-b{}", i + 1), backend_addr(i));
+            plug(
+                &switch,
+                b,
+                &format!("p-b{}", i + 1),
+                backend_addr(i),
+                backend_addr6(i),
+            );
             b.ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
+            b.ip(&["-6", "addr", "add", &format!("{VIP6}/128"), "dev", "lo"]);
             // Never answer ARP for the VIP held on lo (the usual DSR backend settings).
             b.sysctl("net.ipv4.conf.all.arp_ignore", "1");
             b.sysctl("net.ipv4.conf.all.arp_announce", "2");
         }
-        client.ip(&[
-            "route",
-            "add",
-            &format!("{VIP}/32"),
-            "via",
-            &LB_ADDR.to_string(),
-        ]);
+        let (lb4, lb6) = (LB_ADDR.to_string(), LB_ADDR6.to_string());
+        client.ip(&["route", "add", &format!("{VIP}/32"), "via", &lb4]);
+        client.ip(&["-6", "route", "add", &format!("{VIP6}/128"), "via", &lb6]);
         let peer_xdp = opts.native_xdp.then(|| PeerXdp::attach(&switch, "p-lb"));
         Self {
             peer_xdp,
@@ -103,7 +118,7 @@ impl Topology {
 }
 
 /// Connects `host` to the bridge with a veth pair: `eth0` in the host, `port` in the switch.
-fn plug(switch: &Netns, host: &Netns, port: &str, addr: Ipv4Addr) {
+fn plug(switch: &Netns, host: &Netns, port: &str, addr: Ipv4Addr, addr6: Ipv6Addr) {
     switch.ip(&[
         "link",
         "add",
@@ -118,6 +133,16 @@ fn plug(switch: &Netns, host: &Netns, port: &str, addr: Ipv4Addr) {
     ]);
     switch.ip(&["link", "set", port, "master", "br0", "up"]);
     host.ip(&["addr", "add", &format!("{addr}/24"), "dev", HOST_IF]);
+    // nodad: usable at once, no duplicate-address-detection delay in a fresh namespace.
+    host.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{addr6}/64"),
+        "dev",
+        HOST_IF,
+        "nodad",
+    ]);
     host.ip(&["link", "set", HOST_IF, "up"]);
     // Locally sent packets must carry full checksums: with offload on they leave with
     // partial ones, which native-mode receivers drop and generic mode never checks.

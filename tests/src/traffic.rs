@@ -6,7 +6,7 @@
 use std::{
     collections::BTreeMap,
     io::{Read, Write},
-    net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
+    net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -29,9 +29,10 @@ pub struct Server {
 impl Server {
     /// Serves HTTP on `addr:port` inside `ns`: every request gets `200 OK` with the body
     /// `<name>\n`, then the connection closes.
-    pub fn http(ns: &Netns, addr: Ipv4Addr, port: u16, name: &str) -> Self {
+    pub fn http(ns: &Netns, addr: impl Into<IpAddr>, port: u16, name: &str) -> Self {
+        let addr = addr.into();
         let listener = ns.run(move || {
-            let l = TcpListener::bind(SocketAddrV4::new(addr, port)).expect("bind tcp");
+            let l = TcpListener::bind(SocketAddr::new(addr, port)).expect("bind tcp");
             l.set_nonblocking(true).expect("nonblocking");
             l
         });
@@ -53,9 +54,10 @@ impl Server {
 
     /// Serves UDP on `addr:port` inside `ns`: every datagram is answered, from the
     /// same address, with `<name> <payload>`.
-    pub fn udp(ns: &Netns, addr: Ipv4Addr, port: u16, name: &str) -> Self {
+    pub fn udp(ns: &Netns, addr: impl Into<IpAddr>, port: u16, name: &str) -> Self {
+        let addr = addr.into();
         let sock = ns.run(move || {
-            let s = UdpSocket::bind(SocketAddrV4::new(addr, port)).expect("bind udp");
+            let s = UdpSocket::bind(SocketAddr::new(addr, port)).expect("bind udp");
             s.set_read_timeout(Some(Duration::from_millis(50)))
                 .expect("timeout");
             s
@@ -145,16 +147,16 @@ impl Tally {
 
 /// From inside `ns`, makes `count` HTTP requests to `vip:port`, each on a new TCP
 /// connection (so each gets its own source port and flow hash).
-pub fn http_requests(ns: &Netns, vip: Ipv4Addr, port: u16, count: usize) -> Tally {
-    batch(ns, SocketAddrV4::new(vip, port), count, http_get)
+pub fn http_requests(ns: &Netns, vip: impl Into<IpAddr>, port: u16, count: usize) -> Tally {
+    batch(ns, SocketAddr::new(vip.into(), port), count, http_get)
 }
 
 /// Runs `exchange` `count` times inside `ns`, stopping early after too many failures.
 fn batch(
     ns: &Netns,
-    target: SocketAddrV4,
+    target: SocketAddr,
     count: usize,
-    exchange: fn(SocketAddrV4, usize) -> Result<String, String>,
+    exchange: fn(SocketAddr, usize) -> Result<String, String>,
 ) -> Tally {
     ns.run(move || {
         let mut tally = Tally::default();
@@ -169,10 +171,10 @@ fn batch(
 }
 
 /// One HTTP GET on a fresh connection; returns the body's first line (the backend name).
-pub fn http_get(target: SocketAddrV4, i: usize) -> Result<String, String> {
+pub fn http_get(target: SocketAddr, i: usize) -> Result<String, String> {
     let fail = |what: &str, e: std::io::Error| format!("request {i}: {what}: {e}");
     let mut conn =
-        TcpStream::connect_timeout(&target.into(), IO_TIMEOUT).map_err(|e| fail("connect", e))?;
+        TcpStream::connect_timeout(&target, IO_TIMEOUT).map_err(|e| fail("connect", e))?;
     conn.set_read_timeout(Some(IO_TIMEOUT))
         .map_err(|e| fail("timeout", e))?;
     let req =
@@ -194,13 +196,18 @@ pub fn http_get(target: SocketAddrV4, i: usize) -> Result<String, String> {
 
 /// From inside `ns`, sends `count` UDP datagrams to `vip:port`, each from a new socket
 /// (new source port), and waits for each answer.
-pub fn udp_requests(ns: &Netns, vip: Ipv4Addr, port: u16, count: usize) -> Tally {
-    batch(ns, SocketAddrV4::new(vip, port), count, udp_exchange)
+pub fn udp_requests(ns: &Netns, vip: impl Into<IpAddr>, port: u16, count: usize) -> Tally {
+    batch(ns, SocketAddr::new(vip.into(), port), count, udp_exchange)
 }
 
-fn udp_exchange(target: SocketAddrV4, i: usize) -> Result<String, String> {
+fn udp_exchange(target: SocketAddr, i: usize) -> Result<String, String> {
     let fail = |what: &str, e: std::io::Error| format!("datagram {i}: {what}: {e}");
-    let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| fail("bind", e))?;
+    let any = if target.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    };
+    let sock = UdpSocket::bind(any).map_err(|e| fail("bind", e))?;
     sock.connect(target).map_err(|e| fail("connect", e))?;
     sock.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| fail("timeout", e))?;

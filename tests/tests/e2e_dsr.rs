@@ -1,9 +1,11 @@
 //! End to end: real TCP and UDP through the VIP in network namespaces, `lbd` running as
 //! a process on the LB node, XDP in generic and in native mode.
 
+use std::net::IpAddr;
+
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
-    topology::{HOST_IF, VIP, backend_addr},
+    topology::{HOST_IF, VIP, VIP6, backend_addr, backend_addr6},
     traffic::{Server, http_requests, udp_requests},
 };
 
@@ -12,9 +14,33 @@ const UDP_PORT: u16 = 5353;
 const CONNECTIONS: usize = 150;
 const DATAGRAMS: usize = 90;
 
-fn config(mode: &str, backends: usize) -> String {
+/// Address family of a run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn vip(self) -> IpAddr {
+        match self {
+            Family::V4 => VIP.into(),
+            Family::V6 => VIP6.into(),
+        }
+    }
+
+    fn backend(self, i: usize) -> IpAddr {
+        match self {
+            Family::V4 => backend_addr(i).into(),
+            Family::V6 => backend_addr6(i).into(),
+        }
+    }
+}
+
+fn config(mode: &str, family: Family, backends: usize) -> String {
+    let vip = family.vip();
     let list: Vec<String> = (0..backends)
-        .map(|i| format!("{{ address = \"{}\" }}", backend_addr(i)))
+        .map(|i| format!("{{ address = \"{}\" }}", family.backend(i)))
         .collect();
     let list = list.join(", ");
     format!(
@@ -25,13 +51,13 @@ xdp_mode = "{mode}"
 
 [[service]]
 name = "web"
-vip = "{VIP}"
+vip = "{vip}"
 port = {HTTP_PORT}
 backends = [{list}]
 
 [[service]]
 name = "dns"
-vip = "{VIP}"
+vip = "{vip}"
 port = {UDP_PORT}
 protocol = "udp"
 backends = [{list}]
@@ -47,7 +73,8 @@ fn xdp_attached(topo: &Topology) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
 }
 
-fn steer_through_vip(mode: &str) {
+fn steer_through_vip(mode: &str, family: Family) {
+    let vip = family.vip();
     assert!(is_root(), "this test needs root (network namespaces, XDP)");
     let topo = Topology::build(&TopologyOptions {
         backends: 3,
@@ -60,18 +87,18 @@ fn steer_through_vip(mode: &str) {
         .flat_map(|(i, ns)| {
             let name = format!("backend-{}", i + 1);
             [
-                Server::http(ns, VIP, HTTP_PORT, &name),
-                Server::udp(ns, VIP, UDP_PORT, &name),
+                Server::http(ns, vip, HTTP_PORT, &name),
+                Server::udp(ns, vip, UDP_PORT, &name),
             ]
         })
         .collect();
-    let lbd = LbdProcess::start(&topo.lb, &config(mode, 3));
+    let lbd = LbdProcess::start(&topo.lb, &config(mode, family, 3));
     assert!(
         xdp_attached(&topo),
         "lbd reported attached but ip link shows no XDP"
     );
 
-    let tcp = http_requests(&topo.client, VIP, HTTP_PORT, CONNECTIONS);
+    let tcp = http_requests(&topo.client, vip, HTTP_PORT, CONNECTIONS);
     assert!(
         tcp.failures.is_empty(),
         "TCP failures: {:?}\nlbd log:\n{}",
@@ -93,7 +120,7 @@ fn steer_through_vip(mode: &str) {
         );
     }
 
-    let udp = udp_requests(&topo.client, VIP, UDP_PORT, DATAGRAMS);
+    let udp = udp_requests(&topo.client, vip, UDP_PORT, DATAGRAMS);
     assert!(
         udp.failures.is_empty(),
         "UDP failures: {:?}",
@@ -131,11 +158,21 @@ fn counter_in_log(log: &str, name: &str) -> u64 {
 }
 
 #[test]
-fn dsr_generic_mode_tcp_and_udp() {
-    steer_through_vip("generic");
+fn dsr_ipv4_generic_mode_tcp_and_udp() {
+    steer_through_vip("generic", Family::V4);
 }
 
 #[test]
-fn dsr_native_mode_tcp_and_udp() {
-    steer_through_vip("native");
+fn dsr_ipv4_native_mode_tcp_and_udp() {
+    steer_through_vip("native", Family::V4);
+}
+
+#[test]
+fn dsr_ipv6_generic_mode_tcp_and_udp() {
+    steer_through_vip("generic", Family::V6);
+}
+
+#[test]
+fn dsr_ipv6_native_mode_tcp_and_udp() {
+    steer_through_vip("native", Family::V6);
 }

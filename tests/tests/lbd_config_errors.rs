@@ -48,12 +48,19 @@ fn invalid_value_is_named_with_field_and_problem() {
     let (code, out, path) = lbd_on(&GOOD.replace("198.18.100.1", "198.18.100.256"), false);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains(&format!("{path}:6:")), "{out}");
-    assert!(out.contains("invalid IPv4 address"), "{out}");
+    assert!(out.contains("invalid IP address syntax"), "{out}");
 
     let (code, out, _) = lbd_on(&GOOD.replace("port = 80", "port = 0"), true);
     assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(":7:"), "{out}");
+    assert!(out.contains("port 0 is out of range"), "{out}");
+
+    let (code, out, _) = lbd_on(&GOOD.replace("198.18.0.11", "2001:db8::11"), true);
+    assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("service[0] (web).port: must be 1-65535"),
+        out.contains(
+            "service[0] (web).backends[0].address: 2001:db8::11 is not of the VIP's address family"
+        ),
         "{out}"
     );
 }

@@ -1,48 +1,57 @@
 //! Named packet fixtures through BPF_PROG_TEST_RUN: each asserts the verdict, the full
 //! output bytes and the counters the packet moved.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use lb_common::{Counter, ForwardingMode, flow_hash_v4};
+use lb_common::{Counter, FlowKey, ForwardingMode, VipKey};
 use lb_testbed::{
-    fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend},
+    fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend, backend6},
     is_root,
-    packet::{Packet, TCP},
+    packet::{Packet, TCP, UDP},
 };
-use lb_userspace::dataplane::{ServiceProgram, vip_key};
+use lb_userspace::dataplane::{ServiceSpec, addr16, vip_key};
 
 const SEED: u32 = 0x5eed;
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 1);
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 
 fn eth() -> Packet {
     Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800)
 }
 
-fn service(id: u32, port: u16, proto: u8, backends: &[Ipv4Addr]) -> ServiceProgram {
-    ServiceProgram {
-        key: vip_key(VIP, port, proto),
-        service_id: id,
+fn eth6() -> Packet {
+    Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd)
+}
+
+fn svc_at(vip: IpAddr, port: u16, proto: u8, backends: &[IpAddr]) -> ServiceSpec {
+    ServiceSpec {
+        name: format!("{vip}:{port}/{proto}"),
+        key: vip_key(vip, port, proto),
         mode: ForwardingMode::Dsr,
         backends: backends.to_vec(),
+        table_size: None,
     }
 }
 
-fn three_backends() -> Vec<Ipv4Addr> {
-    (0..3).map(|i| backend(i).0).collect()
+fn svc(port: u16, proto: u8, backends: &[IpAddr]) -> ServiceSpec {
+    svc_at(IpAddr::V4(VIP), port, proto, backends)
 }
 
-/// The backend index the flow hash picks for a TCP/UDP flow to the VIP.
-fn expected_backend(sport: u16, dport: u16, proto: u8, n: u32) -> u8 {
-    let h = flow_hash_v4(
-        SEED,
-        u32::from_ne_bytes(CLIENT.octets()),
-        u32::from_ne_bytes(VIP.octets()),
-        sport.to_be(),
-        dport.to_be(),
+fn three(f: fn(u8) -> (IpAddr, [u8; 6])) -> Vec<IpAddr> {
+    (0..3).map(|i| f(i).0).collect()
+}
+
+fn flow(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, proto: u8) -> FlowKey {
+    FlowKey {
+        src: addr16(src),
+        dst: addr16(dst),
+        src_port_be: sport.to_be(),
+        dst_port_be: dport.to_be(),
         proto,
-    );
-    (h % n) as u8
+        _pad: [0; 3],
+    }
 }
 
 /// Runs `packet`, asserts the action, and that exactly `reason` (besides `Packets`)
@@ -70,66 +79,207 @@ fn run_expect(rig: &mut XdpRig, packet: &[u8], want_action: u32, reason: Counter
     out
 }
 
-fn assert_forwarded_to(out: &Outcome, input: &[u8], backend_index: u8) {
-    let (_, mac) = backend(backend_index);
+/// The MAC a backend address resolves to in the fixture host.
+fn mac_of(addr: IpAddr) -> [u8; 6] {
+    (0..4)
+        .flat_map(|i| [backend(i), backend6(i)])
+        .find(|(a, _)| *a == addr)
+        .map(|(_, m)| m)
+        .unwrap_or_else(|| panic!("{addr} has no neighbour entry"))
+}
+
+fn assert_forwarded_to(out: &Outcome, input: &[u8], to: IpAddr) {
     let mut want = input.to_vec();
-    want[0..6].copy_from_slice(&mac);
+    want[0..6].copy_from_slice(&mac_of(to));
     want[6..12].copy_from_slice(&HOST_MAC);
+    assert_eq!(out.bytes, want, "only the MACs change, to {to}");
+}
+
+/// Sends 30 new flows from `make(sport)` to `vip`; each must go to the table's choice,
+/// all three backends must be used, and the stats must count packets, bytes and flows.
+fn spread_case(
+    rig: &mut XdpRig,
+    vip: &VipKey,
+    service_id: u32,
+    make: impl Fn(u16) -> (Vec<u8>, FlowKey),
+) {
+    let mut seen = Vec::new();
+    let mut bytes = 0;
+    for sport in 40000..40030u16 {
+        let (p, key) = make(sport);
+        let out = run_expect(rig, &p, action::TX, Counter::Tx);
+        let to = rig.expected_backend(vip, &key);
+        assert_forwarded_to(&out, &p, to);
+        if !seen.contains(&to) {
+            seen.push(to);
+        }
+        bytes += p.len() as u64;
+    }
+    assert_eq!(seen.len(), 3, "30 flows reach all three backends: {seen:?}");
+    let stats = rig.dataplane.vip_stats(service_id).expect("vip stats");
     assert_eq!(
-        out.bytes, want,
-        "only the MACs change, to backend {backend_index}"
+        (stats.packets, stats.bytes, stats.new_flows),
+        (30, bytes, 30)
     );
 }
 
 #[test]
-fn vip_tcp_and_udp_are_sent_to_the_hashed_backend() {
+fn ipv4_tcp_and_udp_go_to_the_table_choice() {
     assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
-        rig.program(&service(0, 80, TCP, &three_backends()));
-        rig.program(&service(1, 53, 17, &three_backends()));
-        let mut seen = [false; 3];
-        let mut bytes = 0;
-        for sport in 40000..40030u16 {
+        rig.program(svc(80, TCP, &three(backend)));
+        rig.program(svc(53, UDP, &three(backend)));
+        let (vip, client) = (IpAddr::V4(VIP), IpAddr::V4(CLIENT));
+        spread_case(&mut rig, &svc(80, TCP, &[]).key, 0, |sport| {
             let p = Packet::tcp4(eth(), CLIENT, sport, VIP, 80, b"GET / HTTP/1.1\r\n\r\n");
-            let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
-            let b = expected_backend(sport, 80, TCP, 3);
-            assert_forwarded_to(&out, &p.bytes, b);
-            seen[b as usize] = true;
-            bytes += p.bytes.len() as u64;
-        }
-        assert_eq!(seen, [true; 3], "30 flows reach all three backends");
-        let stats = rig.dataplane.vip_stats(0).expect("vip stats");
-        assert_eq!((stats.packets, stats.bytes), (30, bytes));
+            (p.bytes, flow(client, sport, vip, 80, TCP))
+        });
+        spread_case(&mut rig, &svc(53, UDP, &[]).key, 1, |sport| {
+            let p = Packet::udp4(eth(), CLIENT, sport, VIP, 53, b"query");
+            (p.bytes, flow(client, sport, vip, 53, UDP))
+        });
+    });
+}
 
-        let p = Packet::udp4(eth(), CLIENT, 5000, VIP, 53, b"query");
+#[test]
+fn ipv6_tcp_and_udp_go_to_the_table_choice() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        let (vip, client) = (IpAddr::V6(VIP6), IpAddr::V6(CLIENT6));
+        rig.program(svc_at(vip, 443, TCP, &three(backend6)));
+        rig.program(svc_at(vip, 53, UDP, &three(backend6)));
+        spread_case(&mut rig, &vip_key(vip, 443, TCP), 0, |sport| {
+            let p = Packet::tcp6(eth6(), CLIENT6, sport, VIP6, 443, b"hello");
+            (p.bytes, flow(client, sport, vip, 443, TCP))
+        });
+        spread_case(&mut rig, &vip_key(vip, 53, UDP), 1, |sport| {
+            let p = Packet::udp6(eth6(), CLIENT6, sport, VIP6, 53, b"query");
+            (p.bytes, flow(client, sport, vip, 53, UDP))
+        });
+    });
+}
+
+#[test]
+fn vlan_tagged_frames_are_forwarded_with_their_tag() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        rig.program(svc(80, TCP, &three(backend)));
+        rig.program(svc_at(IpAddr::V6(VIP6), 80, TCP, &three(backend6)));
+        let p = Packet::tcp4(eth(), CLIENT, 1000, VIP, 80, b"x").with_vlan(42);
         let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
-        assert_forwarded_to(&out, &p.bytes, expected_backend(5000, 53, 17, 3));
-        assert_eq!(rig.dataplane.vip_stats(1).expect("vip stats").packets, 1);
+        let key = flow(IpAddr::V4(CLIENT), 1000, IpAddr::V4(VIP), 80, TCP);
+        assert_forwarded_to(
+            &out,
+            &p.bytes,
+            rig.expected_backend(&svc(80, TCP, &[]).key, &key),
+        );
+        assert_eq!(&out.bytes[12..16], &[0x81, 0x00, 0x00, 42], "tag kept");
+
+        let p = Packet::tcp6(eth6(), CLIENT6, 1000, VIP6, 80, b"x").with_vlan(7);
+        let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
+        let key = flow(IpAddr::V6(CLIENT6), 1000, IpAddr::V6(VIP6), 80, TCP);
+        let vip = vip_key(IpAddr::V6(VIP6), 80, TCP);
+        assert_forwarded_to(&out, &p.bytes, rig.expected_backend(&vip, &key));
+    });
+}
+
+#[test]
+fn all_ports_vip_and_exact_port_precedence() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        rig.program(svc(0, TCP, &[backend(0).0]));
+        rig.program(svc(80, TCP, &[backend(1).0]));
+        for port in [1u16, 22, 8080, 65535] {
+            let p = Packet::tcp4(eth(), CLIENT, 1000, VIP, port, b"");
+            let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
+            assert_forwarded_to(&out, &p.bytes, backend(0).0);
+        }
+        let p = Packet::tcp4(eth(), CLIENT, 1000, VIP, 80, b"");
+        let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
+        assert_forwarded_to(&out, &p.bytes, backend(1).0);
+        // The all-ports entry is per protocol.
+        let p = Packet::udp4(eth(), CLIENT, 1000, VIP, 22, b"");
+        let out = run_expect(&mut rig, &p.bytes, action::PASS, Counter::PassNotVip);
+        assert_eq!(out.bytes, p.bytes);
+    });
+}
+
+#[test]
+fn l7_vips_go_to_the_stack_untouched() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        let mut l7 = svc(443, TCP, &three(backend));
+        l7.mode = ForwardingMode::L7;
+        rig.program(l7);
+        let p = Packet::tcp4(eth(), CLIENT, 1000, VIP, 443, b"");
+        let out = run_expect(&mut rig, &p.bytes, action::PASS, Counter::PassL7);
+        assert_eq!(out.bytes, p.bytes);
+    });
+}
+
+#[test]
+fn established_flows_keep_their_backend_across_table_changes() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        let vip = svc(80, TCP, &[]).key;
+        rig.program(svc(80, TCP, &three(backend)));
+        // Ten flows, each pinned on its first packet.
+        let flows: Vec<(Packet, IpAddr)> = (0..10u16)
+            .map(|i| {
+                let p = Packet::tcp4(eth(), CLIENT, 2000 + i, VIP, 80, b"");
+                let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
+                let key = flow(IpAddr::V4(CLIENT), 2000 + i, IpAddr::V4(VIP), 80, TCP);
+                let to = rig.expected_backend(&vip, &key);
+                assert_forwarded_to(&out, &p.bytes, to);
+                (p, to)
+            })
+            .collect();
+        // Replace the whole backend set: new flows go to the new backend only...
+        rig.program(svc(80, TCP, &[backend(3).0]));
+        let fresh = Packet::tcp4(eth(), CLIENT, 3000, VIP, 80, b"");
+        let out = run_expect(&mut rig, &fresh.bytes, action::TX, Counter::Tx);
+        assert_forwarded_to(&out, &fresh.bytes, backend(3).0);
+        // ...while every established flow stays where it was.
+        for (p, to) in &flows {
+            let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
+            assert_forwarded_to(&out, &p.bytes, *to);
+        }
+        let stats = rig.dataplane.vip_stats(0).expect("stats");
+        assert_eq!((stats.packets, stats.new_flows), (21, 11));
+        let key = flow(IpAddr::V4(CLIENT), 2000, IpAddr::V4(VIP), 80, TCP);
+        assert!(rig.dataplane.flow(&key).expect("conntrack read").is_some());
     });
 }
 
 #[test]
 fn golden_flow_lands_on_a_fixed_backend() {
-    // Pins the whole chain (parse → hash → slot) to one value, independent of the
-    // userspace copy of the hash: a change in either side's byte order fails here.
+    // Pins the whole chain (parse → hash → Maglev slot) to one value, independent of
+    // the userspace copies: a change in either side's byte order fails here.
     assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
-        rig.program(&service(0, 80, TCP, &three_backends()));
+        rig.program(svc(80, TCP, &three(backend)));
         let p = Packet::tcp4(eth(), CLIENT, 40000, VIP, 80, b"");
         let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
-        assert_forwarded_to(&out, &p.bytes, GOLDEN_BACKEND);
+        assert_forwarded_to(&out, &p.bytes, backend(GOLDEN_BACKEND).0);
     });
 }
-const GOLDEN_BACKEND: u8 = 2;
+const GOLDEN_BACKEND: u8 = 0;
 
 #[test]
 fn traffic_that_is_not_ours_passes_untouched() {
     assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
-        rig.program(&service(0, 80, TCP, &three_backends()));
+        rig.program(svc(80, TCP, &three(backend)));
+        rig.program(svc_at(IpAddr::V6(VIP6), 80, TCP, &three(backend6)));
+        let tcp_hdr = lb_testbed::packet::tcp_segment(1, 80, b"");
         let cases: Vec<(&str, Vec<u8>, Counter)> = vec![
             (
                 "other port",
@@ -152,20 +302,58 @@ fn traffic_that_is_not_ours_passes_untouched() {
                     .bytes,
                 Counter::PassNotVip,
             ),
-            ("arp", arp_request(), Counter::PassNotIpv4),
-            ("ipv6", ipv6_frame(), Counter::PassNotIpv4),
             (
-                "ipv4 options",
-                Packet::ipv4_with(
-                    eth(),
-                    CLIENT,
-                    VIP,
-                    TCP,
-                    tcp_header(1, 80),
-                    16,
-                    &[0x94, 0x04, 0, 0],
+                "ipv6 other address",
+                Packet::tcp6(eth6(), CLIENT6, 1, CLIENT6, 80, b"x").bytes,
+                Counter::PassNotVip,
+            ),
+            (
+                "ipv6 other port",
+                Packet::tcp6(eth6(), CLIENT6, 1, VIP6, 81, b"x").bytes,
+                Counter::PassNotVip,
+            ),
+            (
+                "icmpv6",
+                Packet::ipv6_with(
+                    eth6(),
+                    CLIENT6,
+                    VIP6,
+                    58,
+                    &mut [128, 0, 0, 0, 0, 1, 0, 1],
+                    2,
                 )
                 .bytes,
+                Counter::PassNotVip,
+            ),
+            (
+                "ipv6 hop-by-hop",
+                Packet::ipv6_with(eth6(), CLIENT6, VIP6, 0, &mut [6, 0, 1, 4, 0, 0, 0, 0], 2).bytes,
+                Counter::PassFragment,
+            ),
+            (
+                "ipv6 fragment",
+                Packet::ipv6_with(eth6(), CLIENT6, VIP6, 44, &mut [6, 0, 0, 1, 0, 0, 0, 1], 2)
+                    .bytes,
+                Counter::PassFragment,
+            ),
+            ("arp", arp_request(), Counter::PassNotIp),
+            (
+                "lldp",
+                Packet::eth([0x01, 0x80, 0xc2, 0, 0, 0x0e], CLIENT_MAC, 0x88cc).bytes,
+                Counter::PassNotIp,
+            ),
+            (
+                "vlan arp",
+                Packet {
+                    bytes: arp_request(),
+                }
+                .with_vlan(5)
+                .bytes,
+                Counter::PassNotIp,
+            ),
+            (
+                "ipv4 options",
+                Packet::ipv4_with(eth(), CLIENT, VIP, TCP, tcp_hdr, 16, &[0x94, 0x04, 0, 0]).bytes,
                 Counter::PassIpv4Options,
             ),
             (
@@ -195,15 +383,20 @@ fn malformed_frames_are_dropped_and_counted() {
     assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
-        rig.program(&service(0, 80, TCP, &three_backends()));
-        let good = Packet::tcp4(eth(), CLIENT, 1, VIP, 80, b"");
-        // Every cut inside the IPv4 or TCP-ports region (BPF_PROG_TEST_RUN refuses
-        // frames shorter than the Ethernet header).
-        for len in 15..38 {
-            let p = good.clone().truncated(len);
-            run_expect(&mut rig, &p.bytes, action::DROP, Counter::DropMalformed);
+        rig.program(svc(80, TCP, &three(backend)));
+        rig.program(svc_at(IpAddr::V6(VIP6), 80, TCP, &three(backend6)));
+        // Every cut inside the IP header or the ports (BPF_PROG_TEST_RUN refuses frames
+        // shorter than the Ethernet header): IPv4, IPv6, and behind a VLAN tag.
+        let v4 = Packet::tcp4(eth(), CLIENT, 1, VIP, 80, b"");
+        let v6 = Packet::tcp6(eth6(), CLIENT6, 1, VIP6, 80, b"");
+        let tagged = v4.clone().with_vlan(9);
+        for (p, upto) in [(&v4, 38), (&v6, 58), (&tagged, 42)] {
+            for len in 15..upto {
+                let cut = p.clone().truncated(len);
+                run_expect(&mut rig, &cut.bytes, action::DROP, Counter::DropMalformed);
+            }
         }
-        let mut bad_version = good.clone();
+        let mut bad_version = v4.clone();
         bad_version.bytes[14] = 0x65;
         run_expect(
             &mut rig,
@@ -211,7 +404,7 @@ fn malformed_frames_are_dropped_and_counted() {
             action::DROP,
             Counter::DropMalformed,
         );
-        let mut short_ihl = good.clone();
+        let mut short_ihl = v4.clone();
         short_ihl.bytes[14] = 0x44;
         run_expect(
             &mut rig,
@@ -219,7 +412,7 @@ fn malformed_frames_are_dropped_and_counted() {
             action::DROP,
             Counter::DropMalformed,
         );
-        let mut long_total = good.clone();
+        let mut long_total = v4.clone();
         long_total.bytes[16..18].copy_from_slice(&1500u16.to_be_bytes());
         long_total.fix_ipv4_checksum();
         run_expect(
@@ -228,12 +421,36 @@ fn malformed_frames_are_dropped_and_counted() {
             action::DROP,
             Counter::DropMalformed,
         );
-        let mut short_total = good.clone();
+        let mut short_total = v4.clone();
         short_total.bytes[16..18].copy_from_slice(&24u16.to_be_bytes());
         short_total.fix_ipv4_checksum();
         run_expect(
             &mut rig,
             &short_total.bytes,
+            action::DROP,
+            Counter::DropMalformed,
+        );
+        let mut v6_bad_version = v6.clone();
+        v6_bad_version.bytes[14] = 0x40;
+        run_expect(
+            &mut rig,
+            &v6_bad_version.bytes,
+            action::DROP,
+            Counter::DropMalformed,
+        );
+        let mut v6_long = v6.clone();
+        v6_long.bytes[18..20].copy_from_slice(&1400u16.to_be_bytes());
+        run_expect(
+            &mut rig,
+            &v6_long.bytes,
+            action::DROP,
+            Counter::DropMalformed,
+        );
+        let mut v6_short = v6.clone();
+        v6_short.bytes[18..20].copy_from_slice(&8u16.to_be_bytes());
+        run_expect(
+            &mut rig,
+            &v6_short.bytes,
             action::DROP,
             Counter::DropMalformed,
         );
@@ -245,49 +462,31 @@ fn service_without_backends_drops() {
     assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
-        rig.program(&service(0, 80, TCP, &[]));
+        rig.program(svc(80, TCP, &[]));
         let p = Packet::tcp4(eth(), CLIENT, 1, VIP, 80, b"");
         run_expect(&mut rig, &p.bytes, action::DROP, Counter::DropNoBackend);
     });
 }
 
 #[test]
-fn unresolved_and_unroutable_backends() {
+fn unresolved_unroutable_and_wrong_family_backends() {
     assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
-        // On the connected subnet but with no neighbour entry: to the stack, once.
-        rig.program(&service(0, 80, TCP, &[Ipv4Addr::new(198, 18, 0, 99)]));
         let p = Packet::tcp4(eth(), CLIENT, 1, VIP, 80, b"");
+        // On the connected subnet but with no neighbour entry: to the stack, once.
+        rig.program(svc(80, TCP, &[IpAddr::V4(Ipv4Addr::new(198, 18, 0, 99))]));
         let out = run_expect(&mut rig, &p.bytes, action::PASS, Counter::PassNoNeighbour);
         assert_eq!(out.bytes, p.bytes);
-        // No route at all.
-        rig.program(&service(0, 80, TCP, &[Ipv4Addr::new(198, 19, 200, 1)]));
+        // No route at all (new source port: the first flow is pinned to .99 now).
+        rig.program(svc(81, TCP, &[IpAddr::V4(Ipv4Addr::new(198, 19, 200, 1))]));
+        let p = Packet::tcp4(eth(), CLIENT, 1, VIP, 81, b"");
+        run_expect(&mut rig, &p.bytes, action::DROP, Counter::DropNoRoute);
+        // DSR cannot send an IPv4 packet to an IPv6 backend.
+        rig.program(svc(82, TCP, &[backend6(0).0]));
+        let p = Packet::tcp4(eth(), CLIENT, 1, VIP, 82, b"");
         run_expect(&mut rig, &p.bytes, action::DROP, Counter::DropNoRoute);
     });
-}
-
-#[test]
-fn table_swap_moves_new_packets_to_the_new_table() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
-    FixtureHost::new().run(|| {
-        let mut rig = XdpRig::load(SEED);
-        rig.program(&service(0, 80, TCP, &[backend(0).0]));
-        let p = Packet::tcp4(eth(), CLIENT, 1234, VIP, 80, b"");
-        let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
-        assert_forwarded_to(&out, &p.bytes, 0);
-        rig.program(&service(0, 80, TCP, &[backend(3).0]));
-        let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
-        assert_forwarded_to(&out, &p.bytes, 3);
-    });
-}
-
-fn tcp_header(sport: u16, dport: u16) -> Vec<u8> {
-    let mut h = Vec::new();
-    h.extend_from_slice(&sport.to_be_bytes());
-    h.extend_from_slice(&dport.to_be_bytes());
-    h.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xfa, 0xf0, 0, 0, 0, 0]);
-    h
 }
 
 fn arp_request() -> Vec<u8> {
@@ -297,16 +496,5 @@ fn arp_request() -> Vec<u8> {
     p.bytes.extend_from_slice(&CLIENT.octets());
     p.bytes.extend_from_slice(&[0; 6]);
     p.bytes.extend_from_slice(&VIP.octets());
-    p.bytes
-}
-
-fn ipv6_frame() -> Vec<u8> {
-    let mut p = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
-    p.bytes.extend_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
-    p.bytes
-        .extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8].repeat(4));
-    p.bytes
-        .extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8].repeat(4));
-    p.bytes.extend_from_slice(&[0, 1, 0, 80, 0, 8, 0, 0]);
     p.bytes
 }

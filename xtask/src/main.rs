@@ -108,7 +108,13 @@ fn test(extra: &[String]) -> Result<()> {
     bpf_cargo("clippy", &[], &["--", "-D", "warnings"])?;
     // The integration tests run the real lbd binary.
     cmd::cargo(&["build", "--package", "lb-userspace", "--bins"])?;
-    let mut args = vec!["test", "--workspace", "--exclude", "lb-ebpf"];
+    let mut args = vec![
+        "test",
+        "--workspace",
+        "--exclude",
+        "lb-ebpf",
+        "--no-fail-fast",
+    ];
     args.extend(extra.iter().map(String::as_str));
     let totals = cmd::cargo_test(&args)?;
     cmd::remove_stale_namespaces()?;

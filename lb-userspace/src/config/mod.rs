@@ -4,11 +4,12 @@
 mod error;
 mod model;
 
-use std::{collections::HashSet, net::Ipv4Addr, path::Path};
+use std::{collections::HashSet, path::Path};
 
 pub use error::ConfigError;
 pub use model::{
-    BackendConfig, Config, ForwardingModeConfig, NodeConfig, Protocol, ServiceConfig, XdpMode,
+    BackendConfig, Config, ForwardingModeConfig, NodeConfig, PortSpec, Protocol, ServiceConfig,
+    XdpMode,
 };
 
 /// A validated configuration.
@@ -77,9 +78,6 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
         if !seen_names.insert(svc.name.clone()) {
             return Err(invalid(span, at("name"), "duplicate service name".into()));
         }
-        if svc.port == 0 {
-            return Err(invalid(span, at("port"), "must be 1-65535".into()));
-        }
         if !seen_vips.insert((svc.vip, svc.port, svc.protocol)) {
             return Err(invalid(
                 span,
@@ -101,9 +99,37 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
                 ),
             ));
         }
+        if let Some(m) = svc.table_size
+            && (!crate::maglev::is_prime(m)
+                || m as usize <= svc.backends.len()
+                || m > lb_common::maps::MAX_TABLE_SIZE)
+        {
+            return Err(invalid(
+                span,
+                at("table_size"),
+                format!(
+                    "{m} must be a prime above the backend count ({}) and at most {}",
+                    svc.backends.len(),
+                    lb_common::maps::MAX_TABLE_SIZE
+                ),
+            ));
+        }
         let mut seen_backends = HashSet::new();
         for (j, b) in svc.backends.iter().enumerate() {
-            if b.address.is_unspecified() || b.address == Ipv4Addr::BROADCAST {
+            if svc.mode == ForwardingModeConfig::Dsr && b.address.is_ipv6() != svc.vip.is_ipv6() {
+                return Err(invalid(
+                    span.clone(),
+                    at(&format!("backends[{j}].address")),
+                    format!(
+                        "{} is not of the VIP's address family; dsr forwards the packet unchanged",
+                        b.address
+                    ),
+                ));
+            }
+            if b.address.is_unspecified()
+                || b.address.is_multicast()
+                || b.address == std::net::Ipv4Addr::BROADCAST
+            {
                 return Err(invalid(
                     span.clone(),
                     at(&format!("backends[{j}].address")),

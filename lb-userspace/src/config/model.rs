@@ -1,6 +1,6 @@
 //! The configuration schema. Field docs are the reference for operators.
 
-use std::{fmt, net::Ipv4Addr};
+use std::{fmt, net::IpAddr};
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -52,19 +52,86 @@ pub enum XdpMode {
 pub struct ServiceConfig {
     /// Unique name, used in logs, metrics and the CLI.
     pub name: String,
-    /// The virtual IPv4 address clients connect to.
-    pub vip: Ipv4Addr,
-    /// Destination port.
-    pub port: u16,
+    /// The virtual address (IPv4 or IPv6) clients connect to.
+    pub vip: IpAddr,
+    /// Destination port, or `"all"` for every port of the VIP (an exact-port service
+    /// on the same VIP wins over an all-ports one).
+    pub port: PortSpec,
     /// `tcp` (default) or `udp`.
     #[serde(default)]
     pub protocol: Protocol,
     /// How packets reach the backend (default `dsr`).
     #[serde(default)]
     pub mode: ForwardingModeConfig,
-    /// Backends; an empty list drops the service's traffic (counted).
+    /// Backends; an empty list drops the service's new flows (counted).
     #[serde(default)]
     pub backends: Vec<BackendConfig>,
+    /// Maglev table size: a prime above the backend count; more slots give a more even
+    /// spread at 2 bytes each (default: the smallest of 251, 509, 1021, … 131071 that is
+    /// at least 100 × the backend count).
+    #[serde(default)]
+    pub table_size: Option<u32>,
+}
+
+/// A service's port: one port, or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PortSpec {
+    /// One destination port (1-65535).
+    Port(u16),
+    /// Every port of the VIP.
+    All,
+}
+
+impl PortSpec {
+    /// The port as the data plane keys it (0 = all ports).
+    pub const fn key_port(self) -> u16 {
+        match self {
+            PortSpec::Port(p) => p,
+            PortSpec::All => 0,
+        }
+    }
+}
+
+impl fmt::Display for PortSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortSpec::Port(p) => write!(f, "{p}"),
+            PortSpec::All => f.write_str("all"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PortSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = PortSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a port number 1-65535 or \"all\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<PortSpec, E> {
+                match u16::try_from(v) {
+                    Ok(p) if p > 0 => Ok(PortSpec::Port(p)),
+                    _ => Err(E::custom(format!(
+                        "port {v} is out of range: use 1-65535 or \"all\""
+                    ))),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<PortSpec, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(i64::MAX))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PortSpec, E> {
+                if v == "all" {
+                    Ok(PortSpec::All)
+                } else {
+                    Err(E::custom(format!(
+                        "port {v:?}: use a number 1-65535 or \"all\""
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// Transport protocol of a service.
@@ -104,12 +171,15 @@ pub enum ForwardingModeConfig {
     /// L2 direct server return: backends hold the VIP and reply to clients directly.
     #[default]
     Dsr,
+    /// Passed to the node's stack for the agent's HTTP proxy.
+    L7,
 }
 
 /// One backend of a service.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// The backend's IPv4 address, on a network the node's interface reaches.
-    pub address: Ipv4Addr,
+    /// The backend's address, reachable from the node's interface; in `dsr` mode of
+    /// the VIP's family (the packet is not rewritten above layer 2).
+    pub address: IpAddr,
 }

@@ -1,3 +1,5 @@
+use std::net::IpAddr;
+
 use super::*;
 
 const GOOD: &str = r#"
@@ -35,8 +37,9 @@ fn parses_a_good_file() {
     assert_eq!(cfg.services[1].protocol, Protocol::Udp);
     assert_eq!(
         cfg.services[0].backends[1].address,
-        Ipv4Addr::new(198, 18, 0, 12)
+        IpAddr::from([198, 18, 0, 12])
     );
+    assert_eq!(cfg.services[0].port, PortSpec::Port(80));
 }
 
 #[test]
@@ -51,7 +54,7 @@ fn unknown_field_names_file_line_and_field() {
 fn bad_address_names_the_line() {
     let e = err(&GOOD.replace("198.18.0.12", "198.18.0.300"));
     assert!(e.starts_with("lbd.toml:10:54:"), "{e}");
-    assert!(e.contains("invalid IPv4 address"), "{e}");
+    assert!(e.contains("invalid IP address"), "{e}");
 }
 
 #[test]
@@ -72,7 +75,62 @@ fn duplicate_vip_is_invalid() {
 #[test]
 fn port_zero_is_invalid() {
     let e = err(&GOOD.replace("port = 80", "port = 0"));
-    assert!(e.contains("service[0] (web).port: must be 1-65535"), "{e}");
+    assert!(e.starts_with("lbd.toml:9:"), "{e}");
+    assert!(
+        e.contains("port 0 is out of range: use 1-65535 or \"all\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn all_ports_and_ipv6_and_l7() {
+    let text = r#"
+[node]
+interface = "eth0"
+
+[[service]]
+name = "any"
+vip = "2001:db8::100"
+port = "all"
+protocol = "udp"
+backends = [{ address = "2001:db8::11" }]
+table_size = 1021
+
+[[service]]
+name = "web"
+vip = "198.18.100.1"
+port = 443
+mode = "l7"
+"#;
+    let cfg = parse(text, "lbd.toml").expect("valid");
+    assert_eq!(cfg.services[0].port, PortSpec::All);
+    assert_eq!(cfg.services[0].table_size, Some(1021));
+    assert_eq!(cfg.services[1].mode, ForwardingModeConfig::L7);
+    let e = err(&text.replace("port = \"all\"", "port = \"any\""));
+    assert!(
+        e.contains("port \"any\": use a number 1-65535 or \"all\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn dsr_backend_of_the_other_family_is_invalid() {
+    let e = err(&GOOD.replace("198.18.0.12", "2001:db8::12"));
+    assert!(
+        e.contains("backends[1].address: 2001:db8::12 is not of the VIP's address family"),
+        "{e}"
+    );
+}
+
+#[test]
+fn table_size_must_be_prime_and_large_enough() {
+    let e = err(&GOOD.replace("port = 80", "port = 80\ntable_size = 1000"));
+    assert!(
+        e.contains("(web).table_size: 1000 must be a prime above the backend count (2)"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("port = 80", "port = 80\ntable_size = 2"));
+    assert!(e.contains("table_size: 2 must be a prime above"), "{e}");
 }
 
 #[test]

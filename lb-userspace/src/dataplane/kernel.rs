@@ -6,7 +6,10 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray},
     programs::{Xdp, XdpMode, xdp::XdpLinkId},
 };
-use lb_common::{BackendSlot, Counter, GlobalConfig, VipInfo, VipKey, VipStats, maps::names};
+use lb_common::{
+    Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo, VipKey,
+    maps::names,
+};
 
 use super::{DataplaneError, MapOps};
 use crate::config;
@@ -19,10 +22,14 @@ pub struct KernelDataplane {
     ebpf: Ebpf,
     link: Option<(String, XdpLinkId)>,
     vips: HashMap<MapData, VipKey, VipInfo>,
-    backends: Array<MapData, BackendSlot>,
+    backends: Array<MapData, Backend>,
+    lists: Array<MapData, u32>,
+    chunks: Array<MapData, TableChunk>,
+    conntrack: HashMap<MapData, FlowKey, FlowEntry>,
     config: Array<MapData, GlobalConfig>,
     counters: PerCpuArray<MapData, u64>,
-    vip_stats: PerCpuArray<MapData, VipStats>,
+    vip_stats: PerCpuArray<MapData, TrafficStats>,
+    backend_stats: PerCpuArray<MapData, TrafficStats>,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, DataplaneError>
@@ -65,9 +72,13 @@ impl KernelDataplane {
         Ok(Self {
             vips: take(&mut ebpf, names::VIPS)?,
             backends: take(&mut ebpf, names::BACKENDS)?,
+            lists: take(&mut ebpf, names::SERVICE_BACKENDS)?,
+            chunks: take(&mut ebpf, names::TABLE_CHUNKS)?,
+            conntrack: take(&mut ebpf, names::CONNTRACK)?,
             config: take(&mut ebpf, names::CONFIG)?,
             counters: take(&mut ebpf, names::COUNTERS)?,
             vip_stats: take(&mut ebpf, names::VIP_STATS)?,
+            backend_stats: take(&mut ebpf, names::BACKEND_STATS)?,
             ebpf,
             link: None,
         })
@@ -114,20 +125,49 @@ impl KernelDataplane {
         Ok(())
     }
 
-    /// Packets and bytes forwarded for a service, summed over CPUs.
+    /// Traffic of a service, summed over CPUs.
     ///
     /// # Errors
     /// The map read failed.
-    pub fn vip_stats(&self, service_id: u32) -> Result<VipStats, DataplaneError> {
-        let per_cpu = self
-            .vip_stats
-            .get(&service_id, 0)
-            .map_err(map_error("read", names::VIP_STATS))?;
-        Ok(per_cpu.iter().fold(VipStats::default(), |acc, s| VipStats {
-            packets: acc.packets + s.packets,
-            bytes: acc.bytes + s.bytes,
-        }))
+    pub fn vip_stats(&self, service_id: u32) -> Result<TrafficStats, DataplaneError> {
+        sum_stats(&self.vip_stats, service_id, names::VIP_STATS)
     }
+
+    /// Traffic of a backend, summed over CPUs.
+    ///
+    /// # Errors
+    /// The map read failed.
+    pub fn backend_stats(&self, backend_id: u32) -> Result<TrafficStats, DataplaneError> {
+        sum_stats(&self.backend_stats, backend_id, names::BACKEND_STATS)
+    }
+
+    /// The conntrack entry of a flow, if any.
+    ///
+    /// # Errors
+    /// The map read failed.
+    pub fn flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
+        match self.conntrack.get(key, 0) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(source) => Err(map_error("get", names::CONNTRACK)(source)),
+        }
+    }
+
+    /// Number of conntrack entries (walks the map).
+    pub fn flow_count(&self) -> usize {
+        self.conntrack.keys().filter(Result::is_ok).count()
+    }
+}
+
+fn sum_stats(
+    map: &PerCpuArray<MapData, TrafficStats>,
+    index: u32,
+    name: &'static str,
+) -> Result<TrafficStats, DataplaneError> {
+    let per_cpu = map.get(&index, 0).map_err(map_error("read", name))?;
+    Ok(per_cpu
+        .iter()
+        .fold(TrafficStats::default(), |acc, s| acc.plus(*s)))
 }
 
 impl std::fmt::Debug for KernelDataplane {
@@ -162,24 +202,35 @@ impl MapOps for KernelDataplane {
             .map_err(map_error("set", names::CONFIG))
     }
 
-    fn vip(&self, key: &VipKey) -> Result<Option<VipInfo>, DataplaneError> {
-        match self.vips.get(key, 0) {
-            Ok(info) => Ok(Some(info)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(source) => Err(map_error("get", names::VIPS)(source)),
-        }
-    }
-
     fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError> {
         self.vips
             .insert(key, info, 0)
             .map_err(map_error("insert", names::VIPS))
     }
 
-    fn put_slot(&mut self, index: u32, slot: BackendSlot) -> Result<(), DataplaneError> {
+    fn delete_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        match self.vips.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(map_error("remove", names::VIPS)(source)),
+        }
+    }
+
+    fn put_backend(&mut self, id: u32, backend: Backend) -> Result<(), DataplaneError> {
         self.backends
-            .set(index, slot, 0)
+            .set(id, backend, 0)
             .map_err(map_error("set", names::BACKENDS))
+    }
+
+    fn put_list_entry(&mut self, index: u32, backend_id: u32) -> Result<(), DataplaneError> {
+        self.lists
+            .set(index, backend_id, 0)
+            .map_err(map_error("set", names::SERVICE_BACKENDS))
+    }
+
+    fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError> {
+        self.chunks
+            .set(index, chunk, 0)
+            .map_err(map_error("set", names::TABLE_CHUNKS))
     }
 
     fn counter(&self, counter: Counter) -> Result<u64, DataplaneError> {

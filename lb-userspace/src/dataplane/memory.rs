@@ -2,9 +2,12 @@
 
 use std::collections::HashMap;
 
-use lb_common::{BackendSlot, Counter, GlobalConfig, VipInfo, VipKey};
+use lb_common::{Backend, Counter, FlowKey, GlobalConfig, TableChunk, VipInfo, VipKey};
 
-use super::{DataplaneError, MapOps};
+use super::{
+    DataplaneError, MapOps,
+    select::{TableChoice, table_choice},
+};
 
 /// Maps held in memory, plus the order operations arrived in.
 #[derive(Debug, Default)]
@@ -13,32 +16,64 @@ pub struct MemoryDataplane {
     pub config: GlobalConfig,
     /// VIP map.
     pub vips: HashMap<VipKey, VipInfo>,
-    /// Backend slots that were written.
-    pub slots: HashMap<u32, BackendSlot>,
+    /// Backends by id.
+    pub backends: HashMap<u32, Backend>,
+    /// Service-backend pool entries that were written.
+    pub lists: HashMap<u32, u32>,
+    /// Table chunks that were written.
+    pub chunks: HashMap<u32, TableChunk>,
     /// Operation names in call order.
-    pub log: Vec<String>,
+    pub log: Vec<&'static str>,
+}
+
+impl MemoryDataplane {
+    /// The choice the data plane makes for a new flow of `key` to service `vip`.
+    pub fn choose(&self, vip: &VipKey, key: &FlowKey) -> Option<TableChoice> {
+        let info = self.vips.get(vip)?;
+        table_choice(
+            info,
+            self.config.hash_seed,
+            key,
+            |i| self.lists.get(&i).copied(),
+            |c| self.chunks.get(&c).copied(),
+        )
+    }
 }
 
 impl MapOps for MemoryDataplane {
     fn set_config(&mut self, config: GlobalConfig) -> Result<(), DataplaneError> {
         self.config = config;
-        self.log.push("set_config".into());
+        self.log.push("set_config");
         Ok(())
-    }
-
-    fn vip(&self, key: &VipKey) -> Result<Option<VipInfo>, DataplaneError> {
-        Ok(self.vips.get(key).copied())
     }
 
     fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError> {
         self.vips.insert(key, info);
-        self.log.push("put_vip".into());
+        self.log.push("put_vip");
         Ok(())
     }
 
-    fn put_slot(&mut self, index: u32, slot: BackendSlot) -> Result<(), DataplaneError> {
-        self.slots.insert(index, slot);
-        self.log.push("put_slot".into());
+    fn delete_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        self.vips.remove(key);
+        self.log.push("delete_vip");
+        Ok(())
+    }
+
+    fn put_backend(&mut self, id: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.backends.insert(id, backend);
+        self.log.push("put_backend");
+        Ok(())
+    }
+
+    fn put_list_entry(&mut self, index: u32, backend_id: u32) -> Result<(), DataplaneError> {
+        self.lists.insert(index, backend_id);
+        self.log.push("put_list_entry");
+        Ok(())
+    }
+
+    fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError> {
+        self.chunks.insert(index, chunk);
+        self.log.push("put_table_chunk");
         Ok(())
     }
 

@@ -9,7 +9,7 @@
 use std::{
     io,
     mem::size_of,
-    net::Ipv4Addr,
+    net::IpAddr,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
@@ -25,13 +25,14 @@ const NDA_FLAGS_EXT: u16 = 15;
 const NTF_EXT_LEARNED: u8 = 0x10;
 const NTF_EXT_MANAGED: u32 = 0x1;
 const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
 
 /// Asks the kernel to keep `addr` on `ifindex` resolved (idempotent).
 ///
 /// # Errors
 /// The kernel's error, e.g. `ENODEV` for a vanished interface or `EPERM` without
 /// `CAP_NET_ADMIN`.
-pub fn ensure_managed(ifindex: u32, addr: Ipv4Addr) -> io::Result<()> {
+pub fn ensure_managed(ifindex: u32, addr: IpAddr) -> io::Result<()> {
     let msg = request(
         RTM_NEWNEIGH,
         NLM_F_CREATE | NLM_F_REPLACE,
@@ -46,7 +47,7 @@ pub fn ensure_managed(ifindex: u32, addr: Ipv4Addr) -> io::Result<()> {
 ///
 /// # Errors
 /// The kernel's error other than `ENOENT`.
-pub fn remove(ifindex: u32, addr: Ipv4Addr) -> io::Result<()> {
+pub fn remove(ifindex: u32, addr: IpAddr) -> io::Result<()> {
     match transact(&request(RTM_DELNEIGH, 0, ifindex, addr, None)) {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         other => other,
@@ -54,15 +55,16 @@ pub fn remove(ifindex: u32, addr: Ipv4Addr) -> io::Result<()> {
 }
 
 /// Encodes one neighbour request: nlmsghdr, ndmsg, NDA_DST and optionally NDA_FLAGS_EXT.
-fn request(kind: u16, flags: u16, ifindex: u32, addr: Ipv4Addr, ext_flags: Option<u32>) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(44);
+fn request(kind: u16, flags: u16, ifindex: u32, addr: IpAddr, ext_flags: Option<u32>) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(56);
     buf.extend_from_slice(&0u32.to_ne_bytes()); // length, patched below
     buf.extend_from_slice(&kind.to_ne_bytes());
     buf.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | flags).to_ne_bytes());
     buf.extend_from_slice(&1u32.to_ne_bytes()); // sequence
     buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel assigns
     // struct ndmsg
-    buf.extend_from_slice(&[AF_INET, 0, 0, 0]);
+    let family = if addr.is_ipv6() { AF_INET6 } else { AF_INET };
+    buf.extend_from_slice(&[family, 0, 0, 0]);
     buf.extend_from_slice(&(ifindex as i32).to_ne_bytes());
     buf.extend_from_slice(&0u16.to_ne_bytes()); // state NUD_NONE: the kernel resolves
     buf.push(if ext_flags.is_some() {
@@ -71,7 +73,10 @@ fn request(kind: u16, flags: u16, ifindex: u32, addr: Ipv4Addr, ext_flags: Optio
         0
     });
     buf.push(0); // type
-    push_attr(&mut buf, NDA_DST, &addr.octets());
+    match addr {
+        IpAddr::V4(v4) => push_attr(&mut buf, NDA_DST, &v4.octets()),
+        IpAddr::V6(v6) => push_attr(&mut buf, NDA_DST, &v6.octets()),
+    }
     if let Some(ext) = ext_flags {
         push_attr(&mut buf, NDA_FLAGS_EXT, &ext.to_ne_bytes());
     }
@@ -80,8 +85,8 @@ fn request(kind: u16, flags: u16, ifindex: u32, addr: Ipv4Addr, ext_flags: Optio
     buf
 }
 
-/// Appends a 4-byte-payload route attribute (already aligned).
-fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8; 4]) {
+/// Appends a route attribute whose payload is a multiple of 4 bytes (so no padding).
+fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
     buf.extend_from_slice(&kind.to_ne_bytes());
     buf.extend_from_slice(payload);
@@ -167,7 +172,7 @@ mod tests {
             RTM_NEWNEIGH,
             NLM_F_CREATE | NLM_F_REPLACE,
             3,
-            Ipv4Addr::new(198, 18, 9, 2),
+            IpAddr::from([198, 18, 9, 2]),
             Some(NTF_EXT_MANAGED),
         );
         assert_eq!(msg.len(), 44);
@@ -176,6 +181,24 @@ mod tests {
             &msg[16..],
             b"\x02\x00\x00\x00\x03\x00\x00\x00\x00\x00\x10\x00\x08\x00\x01\x00\xc6\x12\x09\x02\x08\x00\x0f\x00\x01\x00\x00\x00"
         );
+    }
+
+    #[test]
+    fn ipv6_request_carries_family_and_16_byte_destination() {
+        let addr = IpAddr::from([
+            0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0b,
+        ]);
+        let msg = request(
+            RTM_NEWNEIGH,
+            NLM_F_CREATE | NLM_F_REPLACE,
+            3,
+            addr,
+            Some(NTF_EXT_MANAGED),
+        );
+        assert_eq!(msg.len(), 56);
+        assert_eq!(msg[16], AF_INET6);
+        assert_eq!(&msg[28..32], &[20, 0, 1, 0], "NDA_DST with 16 bytes");
+        assert_eq!(msg[47], 0x0b);
     }
 
     #[test]

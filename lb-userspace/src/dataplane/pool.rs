@@ -1,0 +1,176 @@
+//! Allocation of regions in the data plane's shared pools (backend lists, tables) and of
+//! small integer ids (services, backends).
+//!
+//! Freed space is quarantined before reuse: a packet that read a service's old
+//! `VipInfo` just before the swap may still index the old region for the rest of its
+//! program run, so a region must not be rewritten the moment it is freed.
+
+use std::{
+    collections::VecDeque,
+    time::{Duration, Instant},
+};
+
+/// How long freed regions and ids stay untouched: far longer than any program run.
+pub const QUARANTINE: Duration = Duration::from_secs(2);
+
+/// A first-fit allocator over `[0, capacity)` in units of `align`.
+#[derive(Debug)]
+pub struct RegionPool {
+    align: u32,
+    /// Free extents (start, len), sorted by start, coalesced.
+    free: Vec<(u32, u32)>,
+    /// Freed extents and when they may be reused.
+    quarantined: Vec<(u32, u32, Instant)>,
+}
+
+impl RegionPool {
+    /// A pool of `capacity` units handed out in multiples of `align`.
+    pub fn new(capacity: u32, align: u32) -> Self {
+        let usable = capacity - capacity % align;
+        Self {
+            align,
+            free: vec![(0, usable)],
+            quarantined: Vec::new(),
+        }
+    }
+
+    /// Allocates `len` units (rounded up to the alignment), or `None` when full.
+    pub fn alloc(&mut self, len: u32, now: Instant) -> Option<u32> {
+        self.release_quarantined(now);
+        let len = len.div_ceil(self.align).max(1) * self.align;
+        let pos = self.free.iter().position(|&(_, l)| l >= len)?;
+        let (start, l) = self.free[pos];
+        if l == len {
+            self.free.remove(pos);
+        } else {
+            self.free[pos] = (start + len, l - len);
+        }
+        Some(start)
+    }
+
+    /// Returns a region; it becomes reusable after [`QUARANTINE`].
+    pub fn free(&mut self, start: u32, len: u32, now: Instant) {
+        let len = len.div_ceil(self.align).max(1) * self.align;
+        self.quarantined.push((start, len, now + QUARANTINE));
+    }
+
+    /// Units currently free (not counting quarantined ones).
+    pub fn available(&self) -> u32 {
+        self.free.iter().map(|&(_, l)| l).sum()
+    }
+
+    fn release_quarantined(&mut self, now: Instant) {
+        let (ready, waiting): (Vec<_>, Vec<_>) = self
+            .quarantined
+            .drain(..)
+            .partition(|&(_, _, at)| at <= now);
+        self.quarantined = waiting;
+        for (start, len, _) in ready {
+            self.insert_free(start, len);
+        }
+    }
+
+    fn insert_free(&mut self, start: u32, len: u32) {
+        let pos = self.free.partition_point(|&(s, _)| s < start);
+        self.free.insert(pos, (start, len));
+        // Coalesce with the next, then the previous extent.
+        if pos + 1 < self.free.len() && self.free[pos].0 + self.free[pos].1 == self.free[pos + 1].0
+        {
+            self.free[pos].1 += self.free[pos + 1].1;
+            self.free.remove(pos + 1);
+        }
+        if pos > 0 && self.free[pos - 1].0 + self.free[pos - 1].1 == self.free[pos].0 {
+            self.free[pos - 1].1 += self.free[pos].1;
+            self.free.remove(pos);
+        }
+    }
+}
+
+/// Ids `0..limit`, fresh ones first, freed ones reused oldest-first after quarantine.
+#[derive(Debug)]
+pub struct IdPool {
+    next: u32,
+    limit: u32,
+    freed: VecDeque<(u32, Instant)>,
+}
+
+impl IdPool {
+    /// Ids below `limit`.
+    pub fn new(limit: u32) -> Self {
+        Self {
+            next: 0,
+            limit,
+            freed: VecDeque::new(),
+        }
+    }
+
+    /// A free id, or `None` when all are taken or quarantined.
+    pub fn alloc(&mut self, now: Instant) -> Option<u32> {
+        if self.next < self.limit {
+            self.next += 1;
+            return Some(self.next - 1);
+        }
+        match self.freed.front() {
+            Some(&(id, at)) if at <= now => {
+                self.freed.pop_front();
+                Some(id)
+            }
+            _ => None,
+        }
+    }
+
+    /// Returns an id.
+    pub fn free(&mut self, id: u32, now: Instant) {
+        self.freed.push_back((id, now + QUARANTINE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_aligned_and_reused_only_after_quarantine() {
+        let t0 = Instant::now();
+        let mut pool = RegionPool::new(256, 32);
+        let a = pool.alloc(40, t0).expect("a");
+        let b = pool.alloc(32, t0).expect("b");
+        assert_eq!((a, b), (0, 64));
+        assert_eq!(pool.available(), 256 - 96);
+        pool.free(a, 40, t0);
+        assert_eq!(
+            pool.alloc(64, t0),
+            Some(96),
+            "quarantined space is not reused"
+        );
+        let later = t0 + QUARANTINE;
+        assert_eq!(pool.alloc(64, later), Some(0), "reused after quarantine");
+    }
+
+    #[test]
+    fn freed_neighbours_coalesce() {
+        let t0 = Instant::now();
+        let mut pool = RegionPool::new(96, 32);
+        let a = pool.alloc(32, t0).expect("a");
+        let b = pool.alloc(32, t0).expect("b");
+        let c = pool.alloc(32, t0).expect("c");
+        assert_eq!(pool.alloc(1, t0), None, "full");
+        pool.free(a, 32, t0);
+        pool.free(c, 32, t0);
+        pool.free(b, 32, t0);
+        assert_eq!(pool.alloc(96, t0 + QUARANTINE), Some(0), "one extent again");
+    }
+
+    #[test]
+    fn ids_prefer_fresh_then_oldest_freed() {
+        let t0 = Instant::now();
+        let mut ids = IdPool::new(2);
+        assert_eq!(ids.alloc(t0), Some(0));
+        assert_eq!(ids.alloc(t0), Some(1));
+        ids.free(1, t0);
+        ids.free(0, t0);
+        assert_eq!(ids.alloc(t0), None, "quarantined");
+        assert_eq!(ids.alloc(t0 + QUARANTINE), Some(1));
+        assert_eq!(ids.alloc(t0 + QUARANTINE), Some(0));
+    }
+}

@@ -1,0 +1,265 @@
+//! Desired services → ordered map writes, with atomic per-service swaps.
+//!
+//! Order for each changed service: backends, then its new backend list and new table
+//! into regions nobody reads, then the VIP entry that points at them (one atomic
+//! update), then the old regions are released into quarantine. Unchanged services cost
+//! nothing. Backend ids are stable for a (service, address) pair, so conntrack entries
+//! keep pointing at the same backend across every change.
+
+use std::{collections::HashMap, net::IpAddr, time::Instant};
+
+use lb_common::{
+    Backend, TableChunk, VipInfo, VipKey,
+    maps::{
+        BACKEND_F_IPV6, MAX_BACKENDS, MAX_BACKENDS_PER_SERVICE, MAX_SERVICES, MAX_TABLE_SIZE,
+        SERVICE_BACKEND_SLOTS, TABLE_CHUNK_SLOTS, TABLE_CHUNKS,
+    },
+};
+
+use super::{
+    DataplaneError, MapOps, ServiceSpec, addr16,
+    pool::{IdPool, RegionPool},
+};
+use crate::maglev;
+
+/// What one service looks like in the data plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Programmed {
+    /// The live VIP entry.
+    pub info: VipInfo,
+    /// Backends in list order.
+    pub backends: Vec<IpAddr>,
+    /// Backend ids in list order.
+    pub backend_ids: Vec<u32>,
+    /// The live table (slot → list index).
+    pub table: Vec<u16>,
+    spec: ServiceSpec,
+}
+
+/// What an [`Programmer::apply`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Services whose VIP entry was written (new or changed).
+    pub programmed: usize,
+    /// Services left as they were.
+    pub unchanged: usize,
+    /// Services removed.
+    pub removed: usize,
+}
+
+/// The control plane's view of what is programmed, and the allocators behind it.
+#[derive(Debug)]
+pub struct Programmer {
+    services: HashMap<VipKey, Programmed>,
+    backend_ids: HashMap<(VipKey, IpAddr), u32>,
+    service_ids: IdPool,
+    backend_id_pool: IdPool,
+    lists: RegionPool,
+    tables: RegionPool,
+}
+
+impl Default for Programmer {
+    fn default() -> Self {
+        Self {
+            services: HashMap::new(),
+            backend_ids: HashMap::new(),
+            service_ids: IdPool::new(MAX_SERVICES),
+            backend_id_pool: IdPool::new(MAX_BACKENDS),
+            lists: RegionPool::new(SERVICE_BACKEND_SLOTS, 1),
+            tables: RegionPool::new(TABLE_CHUNKS * TABLE_CHUNK_SLOTS, TABLE_CHUNK_SLOTS),
+        }
+    }
+}
+
+impl Programmer {
+    /// The programmed state of a service.
+    pub fn service(&self, key: &VipKey) -> Option<&Programmed> {
+        self.services.get(key)
+    }
+
+    /// Makes the data plane serve exactly `specs`.
+    ///
+    /// # Errors
+    /// The first failure; services before it are programmed, the failing one keeps its
+    /// previous state, later ones are untouched (a retry finishes the job).
+    pub fn apply(
+        &mut self,
+        ops: &mut impl MapOps,
+        specs: &[ServiceSpec],
+        now: Instant,
+    ) -> Result<ApplyReport, DataplaneError> {
+        let mut report = ApplyReport::default();
+        for spec in specs {
+            if self
+                .services
+                .get(&spec.key)
+                .is_some_and(|p| p.spec == *spec)
+            {
+                report.unchanged += 1;
+                continue;
+            }
+            self.program(ops, spec, now)?;
+            report.programmed += 1;
+        }
+        let stale: Vec<VipKey> = self
+            .services
+            .keys()
+            .filter(|k| !specs.iter().any(|s| s.key == **k))
+            .copied()
+            .collect();
+        for key in stale {
+            ops.delete_vip(&key)?;
+            if let Some(old) = self.services.remove(&key) {
+                self.release(&old, now);
+                self.service_ids.free(old.info.service_id, now);
+                for addr in &old.backends {
+                    if let Some(id) = self.backend_ids.remove(&(key, *addr)) {
+                        self.backend_id_pool.free(id, now);
+                    }
+                }
+            }
+            report.removed += 1;
+        }
+        Ok(report)
+    }
+
+    fn program(
+        &mut self,
+        ops: &mut impl MapOps,
+        spec: &ServiceSpec,
+        now: Instant,
+    ) -> Result<(), DataplaneError> {
+        let n = spec.backends.len();
+        if n > MAX_BACKENDS_PER_SERVICE as usize {
+            return Err(invalid(
+                spec,
+                format!("{n} backends; at most {MAX_BACKENDS_PER_SERVICE}"),
+            ));
+        }
+        let size = match (n, spec.table_size) {
+            (0, _) => 0,
+            (_, Some(m)) if !maglev::is_prime(m) || m as usize <= n || m > MAX_TABLE_SIZE => {
+                return Err(invalid(
+                    spec,
+                    format!(
+                        "table size {m} must be a prime above the backend count ({n}) and at most {MAX_TABLE_SIZE}"
+                    ),
+                ));
+            }
+            (_, Some(m)) => m,
+            (_, None) => maglev::default_size(n),
+        };
+        let previous = self.services.get(&spec.key).cloned();
+        let service_id = match &previous {
+            Some(p) => p.info.service_id,
+            None => self
+                .service_ids
+                .alloc(now)
+                .ok_or_else(|| exhausted(spec, "service ids", MAX_SERVICES))?,
+        };
+        let mut backend_ids = Vec::with_capacity(n);
+        for &addr in &spec.backends {
+            let id = match self.backend_ids.get(&(spec.key, addr)) {
+                Some(&id) => id,
+                None => {
+                    let id = self
+                        .backend_id_pool
+                        .alloc(now)
+                        .ok_or_else(|| exhausted(spec, "backend ids", MAX_BACKENDS))?;
+                    self.backend_ids.insert((spec.key, addr), id);
+                    id
+                }
+            };
+            let flags = if addr.is_ipv6() { BACKEND_F_IPV6 } else { 0 };
+            ops.put_backend(
+                id,
+                Backend {
+                    addr: addr16(addr),
+                    flags,
+                    service_id,
+                },
+            )?;
+            backend_ids.push(id);
+        }
+        let list_base = if n == 0 {
+            0
+        } else {
+            self.lists
+                .alloc(n as u32, now)
+                .ok_or_else(|| exhausted(spec, "backend-list slots", SERVICE_BACKEND_SLOTS))?
+        };
+        for (i, &id) in backend_ids.iter().enumerate() {
+            ops.put_list_entry(list_base + i as u32, id)?;
+        }
+        let table = maglev::build(&spec.backends, size);
+        let table_base = if size == 0 {
+            0
+        } else {
+            self.tables
+                .alloc(size, now)
+                .ok_or_else(|| exhausted(spec, "table slots", TABLE_CHUNKS * TABLE_CHUNK_SLOTS))?
+        };
+        for (c, slots) in table.chunks(TABLE_CHUNK_SLOTS as usize).enumerate() {
+            let mut chunk = TableChunk::default();
+            chunk.slots[..slots.len()].copy_from_slice(slots);
+            ops.put_table_chunk(table_base / TABLE_CHUNK_SLOTS + c as u32, chunk)?;
+        }
+        let info = VipInfo {
+            service_id,
+            mode: spec.mode as u32,
+            list_base,
+            list_len: n as u32,
+            table_base,
+            table_size: size,
+        };
+        ops.put_vip(spec.key, info)?;
+        if let Some(old) = &previous {
+            self.release(old, now);
+            for addr in old.backends.iter().filter(|a| !spec.backends.contains(a)) {
+                if let Some(id) = self.backend_ids.remove(&(spec.key, *addr)) {
+                    self.backend_id_pool.free(id, now);
+                }
+            }
+        }
+        self.services.insert(
+            spec.key,
+            Programmed {
+                info,
+                backends: spec.backends.clone(),
+                backend_ids,
+                table,
+                spec: spec.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Quarantines a replaced or removed service's regions.
+    fn release(&mut self, old: &Programmed, now: Instant) {
+        if old.info.list_len > 0 {
+            self.lists.free(old.info.list_base, old.info.list_len, now);
+        }
+        if old.info.table_size > 0 {
+            self.tables
+                .free(old.info.table_base, old.info.table_size, now);
+        }
+    }
+}
+
+fn invalid(spec: &ServiceSpec, problem: String) -> DataplaneError {
+    DataplaneError::Invalid {
+        service: spec.name.clone(),
+        problem,
+    }
+}
+
+fn exhausted(spec: &ServiceSpec, what: &'static str, capacity: u32) -> DataplaneError {
+    DataplaneError::Exhausted {
+        what,
+        service: spec.name.clone(),
+        detail: format!("capacity {capacity}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

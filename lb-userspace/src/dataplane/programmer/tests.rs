@@ -1,0 +1,196 @@
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use lb_common::{FlowKey, ForwardingMode, maps::v4_mapped};
+
+use super::*;
+use crate::dataplane::{memory::MemoryDataplane, pool::QUARANTINE, vip_key};
+
+fn v4(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(198, 18, 0, last))
+}
+
+fn spec(port: u16, backends: &[IpAddr]) -> ServiceSpec {
+    ServiceSpec {
+        name: format!("svc-{port}"),
+        key: vip_key(IpAddr::V4(Ipv4Addr::new(198, 18, 100, 1)), port, 6),
+        mode: ForwardingMode::Dsr,
+        backends: backends.to_vec(),
+        table_size: None,
+    }
+}
+
+fn flow(sport: u16) -> FlowKey {
+    FlowKey {
+        src: v4_mapped([198, 18, 0, 1]),
+        dst: v4_mapped([198, 18, 100, 1]),
+        src_port_be: sport.to_be(),
+        dst_port_be: 80u16.to_be(),
+        proto: 6,
+        _pad: [0; 3],
+    }
+}
+
+#[test]
+fn vip_entry_is_written_after_its_list_and_table() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let report = p
+        .apply(
+            &mut dp,
+            &[spec(80, &[v4(11), v4(12), v4(13)])],
+            Instant::now(),
+        )
+        .expect("apply");
+    assert_eq!(
+        report,
+        ApplyReport {
+            programmed: 1,
+            unchanged: 0,
+            removed: 0
+        }
+    );
+    let last_vip = dp
+        .log
+        .iter()
+        .rposition(|op| *op == "put_vip")
+        .expect("vip written");
+    assert_eq!(
+        last_vip,
+        dp.log.len() - 1,
+        "the VIP entry is the last write: {:?}",
+        dp.log
+    );
+    let info = dp.vips[&spec(80, &[]).key];
+    assert_eq!((info.list_len, info.table_size), (3, 509));
+    let chunks = dp.log.iter().filter(|op| **op == "put_table_chunk").count();
+    assert_eq!(chunks, 509usize.div_ceil(32));
+}
+
+#[test]
+fn unchanged_services_cost_nothing() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let specs = [spec(80, &[v4(11), v4(12)]), spec(81, &[v4(11)])];
+    p.apply(&mut dp, &specs, Instant::now()).expect("first");
+    let writes = dp.log.len();
+    let report = p.apply(&mut dp, &specs, Instant::now()).expect("second");
+    assert_eq!(report.unchanged, 2);
+    assert_eq!(
+        dp.log.len(),
+        writes,
+        "no map operation for an unchanged config"
+    );
+}
+
+#[test]
+fn a_change_uses_new_regions_and_keeps_backend_ids() {
+    let t0 = Instant::now();
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    p.apply(&mut dp, &[spec(80, &[v4(11), v4(12), v4(13)])], t0)
+        .expect("first");
+    let before = p.service(&spec(80, &[]).key).expect("programmed").clone();
+    p.apply(&mut dp, &[spec(80, &[v4(11), v4(13), v4(14)])], t0)
+        .expect("second");
+    let after = p.service(&spec(80, &[]).key).expect("programmed").clone();
+    assert_ne!(
+        before.info.table_base, after.info.table_base,
+        "new table region"
+    );
+    assert_ne!(
+        before.info.list_base, after.info.list_base,
+        "new list region"
+    );
+    assert_eq!(before.info.service_id, after.info.service_id);
+    // 198.18.0.11 and .13 keep their ids: conntrack entries stay valid.
+    assert_eq!(before.backend_ids[0], after.backend_ids[0]);
+    assert_eq!(before.backend_ids[2], after.backend_ids[1]);
+    assert!(
+        !before.backend_ids.contains(&after.backend_ids[2]),
+        "a new backend gets a new id"
+    );
+    // The old regions still hold the old table: a reader mid-swap sees it whole.
+    let old_chunk = dp.chunks[&(before.info.table_base / 32)];
+    assert_eq!(&old_chunk.slots[..], &before.table[..32]);
+}
+
+#[test]
+fn removed_service_is_deleted_and_its_space_reused_after_quarantine() {
+    let t0 = Instant::now();
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    p.apply(&mut dp, &[spec(80, &[v4(11)])], t0).expect("first");
+    let base = p
+        .service(&spec(80, &[]).key)
+        .expect("programmed")
+        .info
+        .table_base;
+    let report = p.apply(&mut dp, &[], t0).expect("remove");
+    assert_eq!(report.removed, 1);
+    assert!(dp.vips.is_empty());
+    p.apply(&mut dp, &[spec(81, &[v4(12)])], t0 + QUARANTINE)
+        .expect("reuse");
+    let reused = p
+        .service(&spec(81, &[]).key)
+        .expect("programmed")
+        .info
+        .table_base;
+    assert_eq!(reused, base);
+}
+
+#[test]
+fn table_choice_follows_the_table() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let backends = [v4(11), v4(12), v4(13)];
+    p.apply(&mut dp, &[spec(80, &backends)], Instant::now())
+        .expect("apply");
+    let prog = p.service(&spec(80, &[]).key).expect("programmed");
+    let mut per_backend = [0usize; 3];
+    for sport in 1000..4000 {
+        let c = dp.choose(&spec(80, &[]).key, &flow(sport)).expect("choice");
+        assert_eq!(u32::from(prog.table[c.slot as usize]), c.list_index);
+        assert_eq!(prog.backend_ids[c.list_index as usize], c.backend_id);
+        per_backend[c.list_index as usize] += 1;
+    }
+    for n in per_backend {
+        assert!((900..=1100).contains(&n), "uneven: {per_backend:?}");
+    }
+}
+
+#[test]
+fn bad_table_size_and_empty_service() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let mut s = spec(80, &[v4(11), v4(12)]);
+    s.table_size = Some(1000);
+    let e = p
+        .apply(&mut dp, &[s], Instant::now())
+        .expect_err("not prime");
+    assert!(
+        e.to_string().contains("table size 1000 must be a prime"),
+        "{e}"
+    );
+    p.apply(&mut dp, &[spec(80, &[])], Instant::now())
+        .expect("empty");
+    let info = dp.vips[&spec(80, &[]).key];
+    assert_eq!((info.list_len, info.table_size), (0, 0));
+    assert!(dp.choose(&spec(80, &[]).key, &flow(1)).is_none());
+}
+
+#[test]
+fn ipv6_backends_are_flagged() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let b6 = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 11);
+    let mut s = spec(80, &[IpAddr::V6(b6)]);
+    s.key = vip_key(
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, 1)),
+        80,
+        6,
+    );
+    p.apply(&mut dp, &[s], Instant::now()).expect("apply");
+    let b = dp.backends.values().next().expect("one backend");
+    assert_eq!(b.flags, BACKEND_F_IPV6);
+    assert_eq!(b.addr, b6.octets());
+}

@@ -1,0 +1,207 @@
+//! Maglev consistent hashing (Eisenbud et al., NSDI 2016): a pure function from an
+//! ordered backend list and a prime table size to a lookup table.
+//!
+//! Contract: identical input gives a byte-identical table on every node (no
+//! randomness, no platform-dependent hashing); every backend gets `⌊M/N⌋` or `⌈M/N⌉`
+//! slots; removing one of N backends moves about 1/N of the slots.
+
+use std::net::IpAddr;
+
+/// Table sizes used by default: primes a little under powers of two. The default for
+/// a service is the smallest one at least 100 × its backend count, which keeps each
+/// backend's share within 1% of even (the paper's guidance).
+pub const DEFAULT_SIZES: [u32; 10] = [
+    251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131_071,
+];
+
+/// The default table size for `backends` backends.
+pub fn default_size(backends: usize) -> u32 {
+    let want = (backends as u64 * 100).min(u64::from(u32::MAX)) as u32;
+    DEFAULT_SIZES
+        .iter()
+        .copied()
+        .find(|&m| m >= want)
+        .unwrap_or(DEFAULT_SIZES[DEFAULT_SIZES.len() - 1])
+}
+
+/// Whether `n` is prime (trial division; table sizes are small).
+pub fn is_prime(n: u32) -> bool {
+    if n < 2 {
+        return false;
+    }
+    let mut d = 2u32;
+    while d.saturating_mul(d) <= n {
+        if n.is_multiple_of(d) {
+            return false;
+        }
+        d += 1;
+    }
+    true
+}
+
+/// Builds the table: slot → index into `backends`. `size` must be a prime larger than
+/// the number of backends (so every permutation visits every slot).
+///
+/// # Panics
+/// If `backends` has more than `u16::MAX` entries or `size` is not larger than it;
+/// callers validate both.
+pub fn build(backends: &[IpAddr], size: u32) -> Vec<u16> {
+    assert!(
+        backends.len() <= usize::from(u16::MAX),
+        "too many backends for u16 slots"
+    );
+    if backends.is_empty() {
+        return Vec::new();
+    }
+    assert!(
+        size as usize > backends.len(),
+        "table size must exceed the backend count"
+    );
+    let m = u64::from(size);
+    let perms: Vec<(u64, u64)> = backends
+        .iter()
+        .map(|b| {
+            let bytes = identity(b);
+            let offset = u64::from(hash(&bytes, OFFSET_SEED)) % m;
+            let skip = u64::from(hash(&bytes, SKIP_SEED)) % (m - 1) + 1;
+            (offset, skip)
+        })
+        .collect();
+    let mut next = vec![0u64; backends.len()];
+    let mut table = vec![u16::MAX; size as usize];
+    let mut filled = 0u32;
+    'fill: loop {
+        for (i, &(offset, skip)) in perms.iter().enumerate() {
+            let mut slot = (offset + next[i] * skip) % m;
+            while table[slot as usize] != u16::MAX {
+                next[i] += 1;
+                slot = (offset + next[i] * skip) % m;
+            }
+            table[slot as usize] = i as u16;
+            next[i] += 1;
+            filled += 1;
+            if filled == size {
+                break 'fill;
+            }
+        }
+    }
+    table
+}
+
+const OFFSET_SEED: u32 = 0x4d41_474c; // "MAGL"
+const SKIP_SEED: u32 = 0x5349_4b50; // "SKIP"
+
+/// A backend's identity for the permutation: its address as 16 bytes (IPv4-mapped).
+fn identity(addr: &IpAddr) -> [u8; 16] {
+    match addr {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// 32-bit FNV-1a mixed with a seed and finalised with MurmurHash3's fmix: stable
+/// across platforms and releases, unlike `std`'s hasher.
+fn hash(bytes: &[u8], seed: u32) -> u32 {
+    let mut h = 0x811c_9dc5u32 ^ seed;
+    for &b in bytes {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use super::*;
+
+    fn v4(last: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(198, 18, 0, last))
+    }
+
+    fn shares(table: &[u16], n: usize) -> Vec<usize> {
+        let mut c = vec![0; n];
+        for &s in table {
+            c[s as usize] += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn golden_table_prefix() {
+        let t = build(&[v4(11), v4(12), v4(13)], 251);
+        assert_eq!(
+            &t[..16],
+            &GOLDEN_PREFIX,
+            "changing this moves flows on every node"
+        );
+    }
+    const GOLDEN_PREFIX: [u16; 16] = [2, 1, 1, 2, 2, 2, 1, 0, 1, 0, 0, 2, 0, 2, 2, 1];
+
+    #[test]
+    fn every_backend_gets_its_even_share() {
+        for n in [1usize, 2, 3, 7, 30] {
+            let backends: Vec<IpAddr> = (0..n).map(|i| v4(10 + i as u8)).collect();
+            let m = default_size(n);
+            let t = build(&backends, m);
+            assert_eq!(t.len(), m as usize);
+            let lo = m as usize / n;
+            for (i, c) in shares(&t, n).into_iter().enumerate() {
+                assert!(
+                    c == lo || c == lo + 1,
+                    "n={n} backend {i} has {c} slots, want {lo} or {}",
+                    lo + 1
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn removing_one_backend_moves_about_one_nth() {
+        let backends: Vec<IpAddr> = (0..10).map(|i| v4(10 + i)).collect();
+        let m = 65521;
+        let before = build(&backends, m);
+        let mut fewer = backends.clone();
+        let gone = fewer.remove(4);
+        let after = build(&fewer, m);
+        let mut moved = 0;
+        for (b, a) in before.iter().zip(&after) {
+            let was = backends[*b as usize];
+            let now = fewer[*a as usize];
+            if was != gone && was != now {
+                moved += 1;
+            }
+        }
+        // Slots of surviving backends that moved: Maglev keeps this small (the paper
+        // reports a few percent); the removed backend's own 10% must move anyway.
+        let frac = moved as f64 / f64::from(m);
+        assert!(frac < 0.03, "{:.1}% of surviving slots moved", frac * 100.0);
+    }
+
+    #[test]
+    fn deterministic_and_ipv6_capable() {
+        let b = [
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2)),
+        ];
+        assert_eq!(build(&b, 509), build(&b, 509));
+        let mut s = shares(&build(&b, 509), 2);
+        s.sort_unstable();
+        assert_eq!(s, vec![254, 255]);
+    }
+
+    #[test]
+    fn default_sizes_are_prime_and_grow() {
+        assert!(DEFAULT_SIZES.iter().all(|&m| is_prime(m)));
+        assert_eq!(default_size(1), 251);
+        assert_eq!(default_size(3), 509);
+        assert_eq!(default_size(30), 4093);
+        assert_eq!(default_size(100_000), 131_071);
+        assert!(!is_prime(1) && is_prime(2) && !is_prime(65535) && is_prime(65537));
+    }
+}
