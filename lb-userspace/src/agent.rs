@@ -8,8 +8,8 @@ use lb_common::{Counter, ForwardingMode, GlobalConfig};
 use crate::{
     config::{ForwardingModeConfig, ValidConfig},
     dataplane::{
-        DataplaneError, MapOps as _, Programmer, ServiceSpec, kernel::KernelDataplane, neighbour,
-        vip_key,
+        ApplyReport, DataplaneError, MapOps as _, Programmer, ServiceSpec,
+        kernel::KernelDataplane, neighbour, vip_key,
     },
     sysctl::Forwarding,
 };
@@ -58,6 +58,8 @@ pub struct Agent {
     config: ValidConfig,
     ifindex: u32,
     forwarding: Vec<Forwarding>,
+    /// Backends removed by a reload whose established flows may still run.
+    drained: Vec<IpAddr>,
 }
 
 /// What the data plane is told for each configured service.
@@ -117,7 +119,49 @@ impl Agent {
             config,
             ifindex,
             forwarding,
+            drained: Vec::new(),
         })
+    }
+
+    /// Moves the data plane to `config`: changed services are swapped atomically,
+    /// removed ones deleted, new backends' neighbours kept resolved. Established flows
+    /// keep their backends — also flows to a backend that was removed (connection
+    /// draining), which is why removed backends keep their neighbour entries until
+    /// shutdown. Node settings that need a re-attach (`interface`,
+    /// `xdp_mode`) are kept as they are, with a warning.
+    ///
+    /// # Errors
+    /// A data-plane failure; services before the failing one are already updated.
+    pub fn reload(&mut self, mut config: ValidConfig) -> Result<ApplyReport, AgentError> {
+        if config.node != self.config.node {
+            log::warn!(
+                "node settings changed; they take effect on restart (running with {:?})",
+                self.config.node
+            );
+            config.node = self.config.node.clone();
+        }
+        let old = dsr_backends(&service_specs(&self.config));
+        let specs = service_specs(&config);
+        let new = dsr_backends(&specs);
+        let interface = self.config.node.interface.clone();
+        for &addr in new.iter().filter(|a| !old.contains(a)) {
+            neighbour::ensure_managed(self.ifindex, addr).map_err(|source| {
+                AgentError::Neighbour {
+                    addr,
+                    interface: interface.clone(),
+                    source,
+                }
+            })?;
+        }
+        if self.forwarding.len() < 2 && specs.iter().any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr)) {
+            self.forwarding.push(enable_forwarding("ipv6", &interface)?);
+        }
+        let report = self
+            .programmer
+            .apply(&mut self.dataplane, &specs, Instant::now())?;
+        self.drained.extend(old.into_iter().filter(|a| !new.contains(a)));
+        self.config = config;
+        Ok(report)
     }
 
     /// The loaded data plane (counters, maps).
@@ -153,7 +197,11 @@ impl Agent {
     /// The detach failed (the program is still detached when the agent is dropped).
     pub fn shutdown(mut self) -> Result<(), AgentError> {
         self.dataplane.detach()?;
-        for addr in dsr_backends(&service_specs(&self.config)) {
+        let mut made = dsr_backends(&service_specs(&self.config));
+        made.extend(self.drained.iter().copied());
+        made.sort_unstable();
+        made.dedup();
+        for addr in made {
             if let Err(err) = neighbour::remove(self.ifindex, addr) {
                 log::warn!("removing neighbour entry for {addr}: {err}");
             }

@@ -58,6 +58,26 @@ impl LbdProcess {
         lbd
     }
 
+    /// Replaces the config file and sends SIGHUP; waits until lbd logs the outcome
+    /// (`reloaded` or `reload rejected`) and returns that log line.
+    pub fn reload(&mut self, config: &str) -> String {
+        std::fs::write(self._dir.path().join("lbd.toml"), config).expect("write config");
+        let before = self.log().lines().filter(|l| l.contains("reload")).count();
+        let pid = self.child.as_ref().expect("running").id() as i32;
+        // SAFETY: kill on a pid we own and have not reaped.
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().filter(|l| l.contains("reload")).collect();
+            if lines.len() > before {
+                return lines[before].to_owned();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("lbd did not report the reload:\n{}", self.log());
+    }
+
     /// Everything `lbd` has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

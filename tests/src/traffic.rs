@@ -75,6 +75,36 @@ impl Server {
         })
     }
 
+    /// Serves long-lived TCP connections on `addr:port` inside `ns`: every line a
+    /// client sends is answered with `<name> <line>`; each connection has its own thread.
+    pub fn echo(ns: &Netns, addr: impl Into<IpAddr>, port: u16, name: &str) -> Self {
+        let addr = addr.into();
+        let listener = ns.run(move || {
+            let l = TcpListener::bind(SocketAddr::new(addr, port)).expect("bind tcp");
+            l.set_nonblocking(true).expect("nonblocking");
+            l
+        });
+        let name = name.to_owned();
+        Self::spawn(move |stop| {
+            let mut workers = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let (name, stop) = (name.clone(), stop.clone());
+                        workers.push(std::thread::spawn(move || echo_lines(conn, &name, &stop)));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(_) => break,
+                }
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+        })
+    }
+
     fn spawn(body: impl FnOnce(Arc<AtomicBool>) + Send + 'static) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -91,6 +121,74 @@ impl Drop for Server {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+fn echo_lines(conn: TcpStream, name: &str, stop: &AtomicBool) {
+    use std::io::BufRead as _;
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
+    let Ok(mut writer) = conn.try_clone() else { return };
+    let mut reader = std::io::BufReader::new(conn);
+    let mut line = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        match reader.read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => {
+                if writer.write_all(format!("{name} {line}").as_bytes()).is_err() {
+                    return;
+                }
+                line.clear();
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A client connection held open across changes; [`Held::ask`] round-trips one line.
+#[derive(Debug)]
+pub struct Held {
+    writer: TcpStream,
+    reader: std::io::BufReader<TcpStream>,
+}
+
+impl Held {
+    /// Opens `count` connections from inside `ns` to `target`.
+    ///
+    /// # Panics
+    /// If any connection cannot be established.
+    pub fn open(ns: &Netns, target: SocketAddr, count: usize) -> Vec<Held> {
+        ns.run(move || {
+            (0..count)
+                .map(|i| {
+                    let s = TcpStream::connect_timeout(&target, IO_TIMEOUT)
+                        .unwrap_or_else(|e| panic!("held connection {i}: {e}"));
+                    s.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+                    Held {
+                        writer: s.try_clone().expect("clone"),
+                        reader: std::io::BufReader::new(s),
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// Sends `msg` and returns the name of the backend that answered.
+    ///
+    /// # Errors
+    /// The connection failed (reset, timeout) or the answer was not an echo.
+    pub fn ask(&mut self, msg: &str) -> Result<String, String> {
+        use std::io::BufRead as _;
+        self.writer
+            .write_all(format!("{msg}\n").as_bytes())
+            .map_err(|e| format!("write: {e}"))?;
+        let mut line = String::new();
+        self.reader.read_line(&mut line).map_err(|e| format!("read: {e}"))?;
+        line.trim_end()
+            .strip_suffix(&format!(" {msg}"))
+            .map(str::to_owned)
+            .ok_or_else(|| format!("unexpected answer {line:?}"))
     }
 }
 

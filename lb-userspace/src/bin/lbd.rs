@@ -40,15 +40,15 @@ fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let agent = Agent::start(config).context("starting the data plane")?;
-    let node = &agent.config().node;
+    let mut agent = Agent::start(config).context("starting the data plane")?;
+    let node = agent.config().node.clone();
     log::info!(
         "attached to {} ({:?} XDP), {} services",
         node.interface,
         node.xdp_mode,
         agent.config().services.len()
     );
-    wait_for_shutdown_signal()?;
+    run_until_shutdown(&mut agent, &args.config)?;
     log_counters(&agent);
     log::info!("shutting down: detaching from {}", node.interface);
     agent.shutdown().context("shutting down")?;
@@ -70,8 +70,9 @@ fn log_counters(agent: &Agent) {
     }
 }
 
-/// Blocks until SIGINT or SIGTERM.
-fn wait_for_shutdown_signal() -> anyhow::Result<()> {
+/// Serves signals until SIGINT or SIGTERM: SIGHUP reloads the config file. A config
+/// that fails to load or apply is reported and the running state is kept.
+fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -79,9 +80,34 @@ fn wait_for_shutdown_signal() -> anyhow::Result<()> {
     runtime.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-        tokio::select! {
-            res = tokio::signal::ctrl_c() => res.context("SIGINT handler"),
-            _ = term.recv() => Ok(()),
+        let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+        let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+                _ = hup.recv() => reload(agent, path),
+            }
         }
     })
+}
+
+fn reload(agent: &mut Agent, path: &std::path::Path) {
+    let config = match config::load(path) {
+        Ok(config) => config,
+        Err(err) => {
+            log::error!("reload rejected, keeping the running config: {err}");
+            return;
+        }
+    };
+    match agent.reload(config) {
+        Ok(report) => log::info!(
+            "reloaded {}: {} services programmed, {} unchanged, {} removed",
+            path.display(),
+            report.programmed,
+            report.unchanged,
+            report.removed
+        ),
+        Err(err) => log::error!("reload failed part-way, will retry on the next SIGHUP: {err}"),
+    }
 }

@@ -1,0 +1,103 @@
+//! Established flows are sacred: backends added and removed under live connections,
+//! and a broken config on reload, move or reset nothing.
+
+use std::net::SocketAddr;
+
+use lb_testbed::{
+    LbdProcess, Topology, TopologyOptions, is_root,
+    topology::{HOST_IF, VIP, backend_addr},
+    traffic::{Held, Server, http_requests},
+};
+
+const HTTP_PORT: u16 = 80;
+const ECHO_PORT: u16 = 7000;
+const HELD: usize = 30;
+
+/// A config whose two services (HTTP and the echo service) use backends `which`.
+fn config(which: &[usize]) -> String {
+    let list: Vec<String> = which
+        .iter()
+        .map(|&i| format!("{{ address = \"{}\" }}", backend_addr(i)))
+        .collect();
+    let list = list.join(", ");
+    format!(
+        r#"
+[node]
+interface = "{HOST_IF}"
+xdp_mode = "generic"
+
+[[service]]
+name = "web"
+vip = "{VIP}"
+port = {HTTP_PORT}
+backends = [{list}]
+
+[[service]]
+name = "echo"
+vip = "{VIP}"
+port = {ECHO_PORT}
+backends = [{list}]
+"#
+    )
+}
+
+/// Every held connection still answers, from the backend it started on.
+fn assert_all_held_intact(held: &mut [Held], on: &[String], round: &str) {
+    for (i, (conn, was)) in held.iter_mut().zip(on).enumerate() {
+        let now = conn
+            .ask(&format!("{round}-{i}"))
+            .unwrap_or_else(|e| panic!("{round}: held connection {i} (on {was}) broke: {e}"));
+        assert_eq!(&now, was, "{round}: held connection {i} moved");
+    }
+}
+
+#[test]
+fn backend_changes_and_bad_reloads_never_move_established_flows() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions {
+        backends: 4,
+        native_xdp: false,
+    });
+    let _servers: Vec<Server> = topo
+        .backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            let name = format!("backend-{}", i + 1);
+            [
+                Server::http(ns, VIP, HTTP_PORT, &name),
+                Server::echo(ns, VIP, ECHO_PORT, &name),
+            ]
+        })
+        .collect();
+    let mut lbd = LbdProcess::start(&topo.lb, &config(&[0, 1, 2]));
+
+    let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), ECHO_PORT), HELD);
+    let on: Vec<String> = held
+        .iter_mut()
+        .enumerate()
+        .map(|(i, c)| c.ask(&format!("hello-{i}")).expect("first exchange"))
+        .collect();
+    assert!(on.iter().all(|b| b != "backend-4"), "backend-4 is not configured yet: {on:?}");
+
+    // Remove backend-1, add backend-4.
+    let outcome = lbd.reload(&config(&[1, 2, 3]));
+    assert!(outcome.contains("reloaded"), "{outcome}\n{}", lbd.log());
+    assert_all_held_intact(&mut held, &on, "after-change");
+    let fresh = http_requests(&topo.client, VIP, HTTP_PORT, 90);
+    assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
+    assert!(!fresh.served.contains_key("backend-1"), "removed backend got new flows: {:?}", fresh.served);
+    assert!(fresh.served.contains_key("backend-4"), "added backend got no new flows: {:?}", fresh.served);
+
+    // A broken file is reported and changes nothing.
+    let outcome = lbd.reload("[node]\ninterface = \"eth0\"\n[[service]]\nname = 1\n");
+    assert!(outcome.contains("reload rejected"), "{outcome}");
+    assert!(outcome.contains("lbd.toml:4:"), "names the file and line: {outcome}");
+    assert_all_held_intact(&mut held, &on, "after-bad-reload");
+    let after_bad = http_requests(&topo.client, VIP, HTTP_PORT, 30);
+    assert!(after_bad.failures.is_empty(), "{:?}", after_bad.failures);
+    assert!(!after_bad.served.contains_key("backend-1"), "{:?}", after_bad.served);
+
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
