@@ -1,15 +1,17 @@
 //! The agent: turns a validated config into a programmed, attached data plane and
 //! takes it down again cleanly.
 
-use std::{ffi::CString, net::IpAddr, time::Instant};
+use std::{ffi::CString, net::IpAddr, path::Path, time::Instant};
 
 use lb_common::{Counter, ForwardingMode, GlobalConfig};
 
 use crate::{
+    bpffs,
     config::{ForwardingModeConfig, ValidConfig},
     dataplane::{
         ApplyReport, DataplaneError, MapOps as _, Programmer, ServiceSpec,
-        kernel::KernelDataplane, neighbour, vip_key,
+        kernel::{AttachOutcome, KernelDataplane, LINK_PIN},
+        neighbour, vip_key,
     },
     sysctl::Forwarding,
 };
@@ -34,6 +36,15 @@ pub enum AgentError {
         /// The interface.
         interface: String,
         /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pin directory is unusable.
+    #[error("pin directory {path}: {source} (node.pin_path)")]
+    PinDir {
+        /// The directory.
+        path: String,
+        /// What is wrong.
         #[source]
         source: std::io::Error,
     },
@@ -87,15 +98,30 @@ impl Agent {
     ///
     /// # Errors
     /// [`AgentError`] saying which step failed; nothing stays attached in that case.
+    ///
+    /// With a pin directory, a data plane left running by a previous agent is adopted:
+    /// its maps (conntrack included) are reused, its services taken over, and its XDP
+    /// link switched to the new program atomically.
     pub fn start(config: ValidConfig) -> Result<Self, AgentError> {
         let interface = config.node.interface.clone();
         let ifindex = ifindex(&interface)?;
-        let mut dataplane = KernelDataplane::load()?;
+        let pin_dir = config.node.pin_dir().map(Path::to_path_buf);
+        if let Some(dir) = &pin_dir {
+            bpffs::ensure(dir).map_err(|source| AgentError::PinDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let mut dataplane = KernelDataplane::load_with_pins(pin_dir.as_deref())?;
+        let mut programmer = Programmer::default();
+        let adopted = programmer.adopt(&dataplane)?;
+        if adopted > 0 {
+            log::info!("adopted {adopted} services from the pinned data plane");
+        }
         dataplane.set_config(GlobalConfig {
             hash_seed: config.node.hash_seed,
             flags: 0,
         })?;
-        let mut programmer = Programmer::default();
         let specs = service_specs(&config);
         programmer.apply(&mut dataplane, &specs, Instant::now())?;
         for addr in dsr_backends(&specs) {
@@ -112,7 +138,13 @@ impl Agent {
         {
             forwarding.push(enable_forwarding("ipv6", &interface)?);
         }
-        dataplane.attach(&interface, config.node.xdp_mode)?;
+        let link_pin = pin_dir.as_ref().map(|d| d.join(LINK_PIN));
+        match dataplane.attach(&interface, config.node.xdp_mode, link_pin.as_deref())? {
+            AttachOutcome::Replaced => {
+                log::info!("took over the running XDP program on {interface}")
+            }
+            AttachOutcome::Attached => {}
+        }
         Ok(Self {
             dataplane,
             programmer,
@@ -153,13 +185,18 @@ impl Agent {
                 }
             })?;
         }
-        if self.forwarding.len() < 2 && specs.iter().any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr)) {
+        if self.forwarding.len() < 2
+            && specs
+                .iter()
+                .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
+        {
             self.forwarding.push(enable_forwarding("ipv6", &interface)?);
         }
         let report = self
             .programmer
             .apply(&mut self.dataplane, &specs, Instant::now())?;
-        self.drained.extend(old.into_iter().filter(|a| !new.contains(a)));
+        self.drained
+            .extend(old.into_iter().filter(|a| !new.contains(a)));
         self.config = config;
         Ok(report)
     }
@@ -190,13 +227,37 @@ impl Agent {
         &self.config
     }
 
-    /// Detaches the program, removes the neighbour entries the agent made and restores
-    /// the interface's forwarding settings.
+    /// Exits leaving the data plane running: pinned maps and link keep forwarding, with
+    /// conntrack, until the next agent adopts them. Without a pin directory there is
+    /// nothing to leave behind, so this is [`Agent::shutdown`].
+    ///
+    /// # Errors
+    /// As [`Agent::shutdown`] when pinning is off.
+    pub fn leave_running(self) -> Result<(), AgentError> {
+        match self.config.node.pin_dir() {
+            Some(dir) => {
+                log::info!(
+                    "leaving the data plane running (pinned at {})",
+                    dir.display()
+                );
+                Ok(())
+            }
+            None => self.shutdown(),
+        }
+    }
+
+    /// Tears everything down: detaches the program, removes the pins and the neighbour
+    /// entries the agent made, and restores the interface's forwarding settings.
     ///
     /// # Errors
     /// The detach failed (the program is still detached when the agent is dropped).
     pub fn shutdown(mut self) -> Result<(), AgentError> {
         self.dataplane.detach()?;
+        if let Some(dir) = self.config.node.pin_dir()
+            && let Err(err) = KernelDataplane::unpin_maps(dir)
+        {
+            log::warn!("removing map pins under {}: {err}", dir.display());
+        }
         let mut made = dsr_backends(&service_specs(&self.config));
         made.extend(self.drained.iter().copied());
         made.sort_unstable();
@@ -216,6 +277,33 @@ impl Agent {
         }
         Ok(())
     }
+}
+
+/// Removes a data plane that an agent left running (`lbd --cleanup`): the pinned XDP
+/// link (which detaches the program), the map pins and the backends' neighbour entries.
+///
+/// # Errors
+/// A pin that exists could not be removed.
+pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
+    if let Some(dir) = config.node.pin_dir() {
+        let pin_error = |source| AgentError::PinDir {
+            path: dir.display().to_string(),
+            source,
+        };
+        match std::fs::remove_file(dir.join(LINK_PIN)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(pin_error(e)),
+            _ => {}
+        }
+        KernelDataplane::unpin_maps(dir).map_err(pin_error)?;
+    }
+    if let Ok(index) = ifindex(&config.node.interface) {
+        for addr in dsr_backends(&service_specs(config)) {
+            if let Err(err) = neighbour::remove(index, addr) {
+                log::warn!("removing neighbour entry for {addr}: {err}");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Backends the node forwards to at layer 2 (their neighbours must stay resolved).

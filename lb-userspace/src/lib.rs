@@ -2,6 +2,7 @@
 //! plane, and the agent loop. `lbd` and `lbctl` are thin binaries over this library.
 
 pub mod agent;
+pub mod bpffs;
 pub mod config;
 pub mod dataplane;
 pub mod maglev;

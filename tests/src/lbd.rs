@@ -21,11 +21,19 @@ pub fn lbd_binary() -> PathBuf {
     path
 }
 
-/// A running `lbd`; sent SIGTERM and reaped on drop.
+/// A running `lbd`; torn down (SIGINT) and reaped on drop.
+///
+/// Its pins live on a private bpffs mounted in the test's own temporary directory:
+/// `ip netns exec` gives lbd a fresh /sys, so /sys/fs/bpf would not outlive one lbd
+/// process, and a shared path would collide between tests running in parallel. The
+/// config's `[node]` table gets a `pin_path` pointing there.
 #[derive(Debug)]
 pub struct LbdProcess {
     child: Option<Child>,
     log: PathBuf,
+    ns_name: String,
+    config: PathBuf,
+    bpffs: BpfFs,
     _dir: TempDir,
 }
 
@@ -34,34 +42,75 @@ impl LbdProcess {
     /// waits (at most 20 s) until it reports the program attached.
     pub fn start(ns: &Netns, config: &str) -> Self {
         let dir = TempDir::new("lbd");
+        let bpffs = BpfFs::mount(&dir.path().join("bpf"));
         let config_path = dir.path().join("lbd.toml");
-        std::fs::write(&config_path, config).expect("write config");
-        let log = dir.path().join("lbd.log");
-        let log_file = std::fs::File::create(&log).expect("create log");
+        let mut lbd = Self {
+            child: None,
+            log: dir.path().join("lbd.log"),
+            ns_name: ns.name().to_owned(),
+            config: config_path,
+            bpffs,
+            _dir: dir,
+        };
+        lbd.write_config(config);
+        lbd.spawn();
+        lbd
+    }
+
+    /// The pin directory lbd uses.
+    pub fn pin_dir(&self) -> PathBuf {
+        self.bpffs.path().join("lb")
+    }
+
+    fn write_config(&self, config: &str) {
+        let pinned = config.replacen(
+            "[node]\n",
+            &format!("[node]\npin_path = \"{}\"\n", self.pin_dir().display()),
+            1,
+        );
+        assert_ne!(pinned, config, "the config needs a [node] table");
+        std::fs::write(&self.config, pinned).expect("write config");
+    }
+
+    fn spawn(&mut self) {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open log");
+        let before = self.log().matches("attached to").count();
         let child = Command::new("ip")
-            .args(["netns", "exec", ns.name()])
+            .args(["netns", "exec", &self.ns_name])
             .arg(lbd_binary())
             .arg("--config")
-            .arg(&config_path)
+            .arg(&self.config)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("dup log"))
             .stderr(log_file)
             .spawn()
             .expect("spawn lbd");
-        let mut lbd = Self {
-            child: Some(child),
-            log,
-            _dir: dir,
-        };
-        lbd.wait_for_log("attached to", Duration::from_secs(20));
-        lbd
+        self.child = Some(child);
+        self.wait_for_log("attached to", before + 1, Duration::from_secs(20));
+    }
+
+    /// Stops lbd with SIGTERM (it leaves the pinned data plane forwarding), waits for
+    /// it to exit, and starts a new lbd on the same config; returns the old one's exit
+    /// code.
+    pub fn restart(&mut self) -> Option<i32> {
+        let code = self.signal_and_wait(libc::SIGTERM);
+        self.spawn();
+        code
     }
 
     /// Replaces the config file and sends SIGHUP; waits until lbd logs the outcome
     /// (`reloaded` or `reload rejected`) and returns that log line.
     pub fn reload(&mut self, config: &str) -> String {
-        std::fs::write(self._dir.path().join("lbd.toml"), config).expect("write config");
+        if config.contains("[node]\n") {
+            self.write_config(config);
+        } else {
+            std::fs::write(&self.config, config).expect("write config");
+        }
         let before = self.log().lines().filter(|l| l.contains("reload")).count();
         let pid = self.child.as_ref().expect("running").id() as i32;
         // SAFETY: kill on a pid we own and have not reaped.
@@ -83,10 +132,10 @@ impl LbdProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn wait_for_log(&mut self, needle: &str, limit: Duration) {
+    fn wait_for_log(&mut self, needle: &str, count: usize, limit: Duration) {
         let start = Instant::now();
         while start.elapsed() < limit {
-            if self.log().contains(needle) {
+            if self.log().matches(needle).count() >= count {
                 return;
             }
             if let Some(status) = self
@@ -107,17 +156,18 @@ impl LbdProcess {
         );
     }
 
-    /// Sends SIGTERM and waits for a clean exit; returns the exit code and the log.
+    /// Sends SIGINT (tear everything down) and waits for a clean exit; returns the exit
+    /// code and the log.
     pub fn stop(mut self) -> (Option<i32>, String) {
-        let status = self.terminate();
+        let status = self.signal_and_wait(libc::SIGINT);
         (status, self.log())
     }
 
-    fn terminate(&mut self) -> Option<i32> {
+    fn signal_and_wait(&mut self, signal: libc::c_int) -> Option<i32> {
         let mut child = self.child.take()?;
         // `ip netns exec` execs lbd, so the child pid is lbd's.
         // SAFETY: kill on a pid we own and have not reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(child.id() as i32, signal) };
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
             if let Ok(Some(status)) = child.try_wait() {
@@ -133,7 +183,35 @@ impl LbdProcess {
 
 impl Drop for LbdProcess {
     fn drop(&mut self) {
-        self.terminate();
+        self.signal_and_wait(libc::SIGINT);
+    }
+}
+
+/// A private bpf filesystem mounted on a directory; unmounted (and every pin in it
+/// released) on drop.
+#[derive(Debug)]
+pub struct BpfFs(PathBuf);
+
+impl BpfFs {
+    /// Mounts bpffs at `path` (created if missing).
+    pub fn mount(path: &Path) -> Self {
+        std::fs::create_dir_all(path).expect("create bpffs mount point");
+        crate::run(
+            "mount",
+            &["-t", "bpf", "bpf", path.to_str().expect("utf-8 path")],
+        );
+        Self(path.to_owned())
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
 

@@ -128,19 +128,28 @@ fn echo_lines(conn: TcpStream, name: &str, stop: &AtomicBool) {
     use std::io::BufRead as _;
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
-    let Ok(mut writer) = conn.try_clone() else { return };
+    let Ok(mut writer) = conn.try_clone() else {
+        return;
+    };
     let mut reader = std::io::BufReader::new(conn);
     let mut line = String::new();
     while !stop.load(Ordering::Relaxed) {
         match reader.read_line(&mut line) {
             Ok(0) => return,
             Ok(_) => {
-                if writer.write_all(format!("{name} {line}").as_bytes()).is_err() {
+                if writer
+                    .write_all(format!("{name} {line}").as_bytes())
+                    .is_err()
+                {
                     return;
                 }
                 line.clear();
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(_) => return,
         }
     }
@@ -184,7 +193,9 @@ impl Held {
             .write_all(format!("{msg}\n").as_bytes())
             .map_err(|e| format!("write: {e}"))?;
         let mut line = String::new();
-        self.reader.read_line(&mut line).map_err(|e| format!("read: {e}"))?;
+        self.reader
+            .read_line(&mut line)
+            .map_err(|e| format!("read: {e}"))?;
         line.trim_end()
             .strip_suffix(&format!(" {msg}"))
             .map(str::to_owned)

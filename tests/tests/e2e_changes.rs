@@ -78,7 +78,10 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
         .enumerate()
         .map(|(i, c)| c.ask(&format!("hello-{i}")).expect("first exchange"))
         .collect();
-    assert!(on.iter().all(|b| b != "backend-4"), "backend-4 is not configured yet: {on:?}");
+    assert!(
+        on.iter().all(|b| b != "backend-4"),
+        "backend-4 is not configured yet: {on:?}"
+    );
 
     // Remove backend-1, add backend-4.
     let outcome = lbd.reload(&config(&[1, 2, 3]));
@@ -86,18 +89,94 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
     assert_all_held_intact(&mut held, &on, "after-change");
     let fresh = http_requests(&topo.client, VIP, HTTP_PORT, 90);
     assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
-    assert!(!fresh.served.contains_key("backend-1"), "removed backend got new flows: {:?}", fresh.served);
-    assert!(fresh.served.contains_key("backend-4"), "added backend got no new flows: {:?}", fresh.served);
+    assert!(
+        !fresh.served.contains_key("backend-1"),
+        "removed backend got new flows: {:?}",
+        fresh.served
+    );
+    assert!(
+        fresh.served.contains_key("backend-4"),
+        "added backend got no new flows: {:?}",
+        fresh.served
+    );
 
     // A broken file is reported and changes nothing.
     let outcome = lbd.reload("[node]\ninterface = \"eth0\"\n[[service]]\nname = 1\n");
     assert!(outcome.contains("reload rejected"), "{outcome}");
-    assert!(outcome.contains("lbd.toml:4:"), "names the file and line: {outcome}");
+    // Line 5: the harness adds a pin_path line under [node].
+    assert!(
+        outcome.contains("lbd.toml:5:8: invalid type: integer `1`, expected a string"),
+        "names the file, line and problem: {outcome}"
+    );
     assert_all_held_intact(&mut held, &on, "after-bad-reload");
     let after_bad = http_requests(&topo.client, VIP, HTTP_PORT, 30);
     assert!(after_bad.failures.is_empty(), "{:?}", after_bad.failures);
-    assert!(!after_bad.served.contains_key("backend-1"), "{:?}", after_bad.served);
+    assert!(
+        !after_bad.served.contains_key("backend-1"),
+        "{:?}",
+        after_bad.served
+    );
 
     let (code, log) = lbd.stop();
     assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn restarting_lbd_under_traffic_breaks_no_connection() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions {
+        backends: 3,
+        native_xdp: false,
+    });
+    let _servers: Vec<Server> = topo
+        .backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            let name = format!("backend-{}", i + 1);
+            [
+                Server::http(ns, VIP, HTTP_PORT, &name),
+                Server::echo(ns, VIP, ECHO_PORT, &name),
+            ]
+        })
+        .collect();
+    let mut lbd = LbdProcess::start(&topo.lb, &config(&[0, 1, 2]));
+    let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), ECHO_PORT), HELD);
+    let on: Vec<String> = held
+        .iter_mut()
+        .enumerate()
+        .map(|(i, c)| c.ask(&format!("hello-{i}")).expect("first exchange"))
+        .collect();
+
+    // New connections keep arriving while lbd stops and a new one takes over.
+    let (during, code) = std::thread::scope(|s| {
+        let traffic = s.spawn(|| http_requests(&topo.client, VIP, HTTP_PORT, 400));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let code = lbd.restart();
+        (traffic.join().expect("traffic thread"), code)
+    });
+    assert_eq!(code, Some(0), "the old lbd exits cleanly:\n{}", lbd.log());
+    assert!(
+        during.failures.is_empty(),
+        "connections failed across the restart: {:?}",
+        during.failures
+    );
+    assert_eq!(during.ok(), 400);
+    assert_all_held_intact(&mut held, &on, "after-restart");
+    let log = lbd.log();
+    assert!(log.contains("leaving the data plane running"), "{log}");
+    assert!(
+        log.contains("adopted 2 services from the pinned data plane"),
+        "{log}"
+    );
+    assert!(log.contains("took over the running XDP program"), "{log}");
+
+    // After the restart the new lbd still steers, then tears everything down.
+    let after = http_requests(&topo.client, VIP, HTTP_PORT, 60);
+    assert!(after.failures.is_empty(), "{:?}", after.failures);
+    assert_eq!(after.served.len(), 3, "{:?}", after.served);
+    let pins = lbd.pin_dir();
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!pins.exists(), "pins left behind at {}", pins.display());
 }

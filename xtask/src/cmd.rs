@@ -79,21 +79,40 @@ pub fn is_root() -> bool {
     output("id", &["-u"]).is_some_and(|uid| uid.trim() == "0")
 }
 
-/// Deletes `lbt-<role>-<pid>-<n>` namespaces whose creating process is gone: a test
-/// run killed with SIGKILL cannot clean up after itself, and CI machines are reused.
+/// Whether the `<pid>` in a test-bed name `lbt-<role>-<pid>-<n>` is a dead process.
+fn stale(name: &str) -> bool {
+    let mut parts = name.split('-');
+    if parts.next() != Some("lbt") {
+        return false;
+    }
+    parts
+        .nth(1)
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Deletes what a test run killed with SIGKILL could not clean up (CI machines are
+/// reused): `lbt-<role>-<pid>-<n>` namespaces and temporary directories (with the
+/// bpffs mounted in them) whose creating process is gone.
 pub fn remove_stale_namespaces() -> Result<()> {
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if stale(&name) {
+                let bpf = entry.path().join("bpf");
+                if bpf.exists() {
+                    let _ = Command::new("umount").arg("-l").arg(&bpf).status();
+                }
+                eprintln!("removing stale {}", entry.path().display());
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
     let Some(list) = output("ip", &["netns", "list"]) else {
         return Ok(());
     };
     for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let mut parts = name.split('-');
-        if parts.next() != Some("lbt") {
-            continue;
-        }
-        let pid = parts.nth(1).and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid
-            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        {
+        if stale(name) {
             run(Command::new("ip").args(["netns", "del", name]))?;
         }
     }

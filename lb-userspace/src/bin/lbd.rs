@@ -16,6 +16,10 @@ struct Args {
     /// Validate the configuration and exit: 0 if valid, 1 with the error if not.
     #[arg(long)]
     check_config: bool,
+    /// Remove a data plane a previous lbd left running (SIGTERM leaves it forwarding
+    /// for the next lbd): detach the XDP program, remove the pins, and exit.
+    #[arg(long, conflicts_with = "check_config")]
+    cleanup: bool,
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if args.cleanup {
+        lb_userspace::agent::cleanup(&config).context("cleaning up")?;
+        println!("removed the data plane of {}", args.config.display());
+        return Ok(());
+    }
     let mut agent = Agent::start(config).context("starting the data plane")?;
     let node = agent.config().node.clone();
     log::info!(
@@ -48,10 +57,15 @@ fn run(args: Args) -> anyhow::Result<()> {
         node.xdp_mode,
         agent.config().services.len()
     );
-    run_until_shutdown(&mut agent, &args.config)?;
+    let stop = run_until_shutdown(&mut agent, &args.config)?;
     log_counters(&agent);
-    log::info!("shutting down: detaching from {}", node.interface);
-    agent.shutdown().context("shutting down")?;
+    match stop {
+        Stop::LeaveRunning => agent.leave_running().context("stopping")?,
+        Stop::TearDown => {
+            log::info!("shutting down: detaching from {}", node.interface);
+            agent.shutdown().context("shutting down")?;
+        }
+    }
     Ok(())
 }
 
@@ -70,9 +84,18 @@ fn log_counters(agent: &Agent) {
     }
 }
 
+/// How lbd was asked to stop.
+enum Stop {
+    /// SIGTERM, as a service manager sends for a stop or restart: the pinned data plane
+    /// keeps forwarding until the next lbd adopts it.
+    LeaveRunning,
+    /// SIGINT (Ctrl-C): detach and remove everything.
+    TearDown,
+}
+
 /// Serves signals until SIGINT or SIGTERM: SIGHUP reloads the config file. A config
 /// that fails to load or apply is reported and the running state is kept.
-fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Result<()> {
+fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Result<Stop> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -84,8 +107,8 @@ fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Resu
         let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
         loop {
             tokio::select! {
-                _ = term.recv() => return Ok(()),
-                _ = int.recv() => return Ok(()),
+                _ = term.recv() => return Ok(Stop::LeaveRunning),
+                _ = int.recv() => return Ok(Stop::TearDown),
                 _ = hup.recv() => reload(agent, path),
             }
         }

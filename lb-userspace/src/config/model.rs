@@ -29,6 +29,23 @@ pub struct NodeConfig {
     /// pick the same backend for a flow (default 0x5eed).
     #[serde(default = "default_hash_seed")]
     pub hash_seed: u32,
+    /// Directory on a bpf filesystem where maps and the XDP link are pinned, so the data
+    /// plane (with its conntrack) keeps forwarding while lbd restarts (default
+    /// `/sys/fs/bpf/lb`; lbd mounts bpffs at /sys/fs/bpf if nothing is mounted there).
+    /// An empty string disables pinning: the data plane then lives only as long as lbd.
+    #[serde(default = "default_pin_path")]
+    pub pin_path: String,
+}
+
+fn default_pin_path() -> String {
+    "/sys/fs/bpf/lb".into()
+}
+
+impl NodeConfig {
+    /// The pin directory, if pinning is enabled.
+    pub fn pin_dir(&self) -> Option<&std::path::Path> {
+        (!self.pin_path.is_empty()).then(|| std::path::Path::new(&self.pin_path))
+    }
 }
 
 fn default_hash_seed() -> u32 {

@@ -1,26 +1,73 @@
 //! The aya implementation: loads the embedded BPF object, attaches the XDP program and
 //! writes its maps.
 
+use std::path::{Path, PathBuf};
+
 use aya::{
-    Ebpf,
+    Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray},
-    programs::{Xdp, XdpMode, xdp::XdpLinkId},
+    programs::{
+        Link as _, Xdp, XdpMode,
+        links::{FdLink, PinnedLink},
+        xdp::{XdpLink, XdpLinkId},
+    },
 };
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo, VipKey,
     maps::names,
 };
 
-use super::{DataplaneError, MapOps};
+use super::{DataplaneError, MapOps, MapRead};
 use crate::config;
 
 /// The BPF object built from `lb-ebpf` by this crate's build script.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
 
+/// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
+/// finds the same maps, conntrack included.
+pub const PINNED_MAPS: [&str; 9] = [
+    names::VIPS,
+    names::BACKENDS,
+    names::SERVICE_BACKENDS,
+    names::TABLE_CHUNKS,
+    names::CONNTRACK,
+    names::CONFIG,
+    names::COUNTERS,
+    names::VIP_STATS,
+    names::BACKEND_STATS,
+];
+
+/// File name of the pinned XDP link in the pin directory.
+pub const LINK_PIN: &str = "link_xdp";
+
+/// How the program is attached.
+#[derive(Debug)]
+enum Attachment {
+    /// Not attached.
+    None,
+    /// Owned by this process: detached when it goes away.
+    Owned { interface: String, id: XdpLinkId },
+    /// Pinned in bpffs: stays attached after this process exits.
+    Pinned {
+        interface: String,
+        path: PathBuf,
+        link: XdpLink,
+    },
+}
+
+/// How [`KernelDataplane::attach`] attached the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachOutcome {
+    /// A new attachment.
+    Attached,
+    /// A pinned link left by a previous agent now runs this program (atomic swap).
+    Replaced,
+}
+
 /// A loaded data plane: the program (attached or not) and handles to its maps.
 pub struct KernelDataplane {
     ebpf: Ebpf,
-    link: Option<(String, XdpLinkId)>,
+    link: Attachment,
     vips: HashMap<MapData, VipKey, VipInfo>,
     backends: Array<MapData, Backend>,
     lists: Array<MapData, u32>,
@@ -57,15 +104,37 @@ fn program_error(
 }
 
 impl KernelDataplane {
-    /// Loads the embedded object and the XDP program into the kernel, unattached.
+    /// Loads the embedded object and the XDP program into the kernel, unattached, with
+    /// private maps.
     ///
     /// # Errors
     /// Verifier rejection, missing privileges, or an object without the expected maps.
     pub fn load() -> Result<Self, DataplaneError> {
-        let mut ebpf = Ebpf::load(BPF_OBJECT).map_err(|source| DataplaneError::Program {
-            action: "loading the BPF object".into(),
-            source: Box::new(source),
-        })?;
+        Self::load_with_pins(None)
+    }
+
+    /// Like [`KernelDataplane::load`], but every map is pinned under `pin_dir`: maps
+    /// already pinned there (by a previous agent) are reused, contents and all.
+    ///
+    /// # Errors
+    /// As `load`, plus a pin directory that cannot be created.
+    pub fn load_with_pins(pin_dir: Option<&Path>) -> Result<Self, DataplaneError> {
+        let mut loader = EbpfLoader::new();
+        if let Some(dir) = pin_dir {
+            std::fs::create_dir_all(dir).map_err(|source| DataplaneError::Program {
+                action: format!("creating pin directory {}", dir.display()),
+                source: Box::new(source),
+            })?;
+            for name in PINNED_MAPS {
+                loader.map_pin_path(name, dir.join(name));
+            }
+        }
+        let mut ebpf = loader
+            .load(BPF_OBJECT)
+            .map_err(|source| DataplaneError::Program {
+                action: "loading the BPF object".into(),
+                source: Box::new(source),
+            })?;
         let prog = xdp_of(&mut ebpf)?;
         prog.load()
             .map_err(program_error("loading the XDP program"))?;
@@ -80,7 +149,7 @@ impl KernelDataplane {
             vip_stats: take(&mut ebpf, names::VIP_STATS)?,
             backend_stats: take(&mut ebpf, names::BACKEND_STATS)?,
             ebpf,
-            link: None,
+            link: Attachment::None,
         })
     }
 
@@ -95,34 +164,133 @@ impl KernelDataplane {
     /// Attaches the program to `interface` (resolved in the calling thread's network
     /// namespace).
     ///
+    /// With `link_pin`, the attachment is a pinned link that outlives this process; if a
+    /// previous agent left one there, it is switched to this program in one atomic
+    /// update (`bpf_link_update`), so not a packet goes unhandled during a restart.
+    ///
     /// # Errors
-    /// Unknown interface, or a driver that refuses the requested mode.
-    pub fn attach(&mut self, interface: &str, mode: config::XdpMode) -> Result<(), DataplaneError> {
+    /// Unknown interface, a driver that refuses the requested mode, or a pin that is not
+    /// an XDP link.
+    pub fn attach(
+        &mut self,
+        interface: &str,
+        mode: config::XdpMode,
+        link_pin: Option<&Path>,
+    ) -> Result<AttachOutcome, DataplaneError> {
         let aya_mode = match mode {
             config::XdpMode::Native => XdpMode::Driver,
             config::XdpMode::Generic => XdpMode::Skb,
         };
-        let id = self
-            .program()?
-            .attach(interface, aya_mode)
-            .map_err(program_error(format!(
-                "attaching XDP ({mode:?}) to {interface}"
-            )))?;
-        self.link = Some((interface.to_owned(), id));
-        Ok(())
+        let failed = |what: &str| program_error(format!("{what} XDP ({mode:?}) on {interface}"));
+        let Some(path) = link_pin else {
+            let id = self
+                .program()?
+                .attach(interface, aya_mode)
+                .map_err(failed("attaching"))?;
+            self.link = Attachment::Owned {
+                interface: interface.to_owned(),
+                id,
+            };
+            return Ok(AttachOutcome::Attached);
+        };
+        let outcome;
+        let prog = self.program()?;
+        let id = if path.exists() {
+            let pinned = PinnedLink::from_pin(path).map_err(|source| DataplaneError::Program {
+                action: format!("opening the pinned link {}", path.display()),
+                source: Box::new(source),
+            })?;
+            let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|source| {
+                DataplaneError::Program {
+                    action: format!("{} is not an XDP link", path.display()),
+                    source: Box::new(source),
+                }
+            })?;
+            outcome = AttachOutcome::Replaced;
+            prog.attach_to_link(link)
+                .map_err(failed("replacing the program of the pinned link for"))?
+        } else {
+            outcome = AttachOutcome::Attached;
+            prog.attach(interface, aya_mode)
+                .map_err(failed("attaching"))?
+        };
+        let link = prog.take_link(id).map_err(failed("taking the link of"))?;
+        if outcome == AttachOutcome::Attached {
+            let fd = FdLink::try_from(link).map_err(|source| DataplaneError::Program {
+                action: "the XDP attachment is not a bpf_link (kernel older than 5.9?)".into(),
+                source: Box::new(source),
+            })?;
+            let pinned = fd.pin(path).map_err(|source| DataplaneError::Program {
+                action: format!("pinning the XDP link at {}", path.display()),
+                source: Box::new(source),
+            })?;
+            let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|source| {
+                DataplaneError::Program {
+                    action: "re-opening the pinned link".into(),
+                    source: Box::new(source),
+                }
+            })?;
+            self.link = Attachment::Pinned {
+                interface: interface.to_owned(),
+                path: path.to_owned(),
+                link,
+            };
+        } else {
+            self.link = Attachment::Pinned {
+                interface: interface.to_owned(),
+                path: path.to_owned(),
+                link,
+            };
+        }
+        Ok(outcome)
     }
 
-    /// Detaches the program if attached. Dropping the data plane also detaches.
+    /// Detaches the program (also a pinned attachment, whose pin is removed).
     ///
     /// # Errors
-    /// The kernel refused the detach.
+    /// The kernel refused the detach or the pin could not be removed.
     pub fn detach(&mut self) -> Result<(), DataplaneError> {
-        if let Some((interface, id)) = self.link.take() {
-            self.program()?
+        match std::mem::replace(&mut self.link, Attachment::None) {
+            Attachment::None => Ok(()),
+            Attachment::Owned { interface, id } => self
+                .program()?
                 .detach(id)
-                .map_err(program_error(format!("detaching XDP from {interface}")))?;
+                .map_err(program_error(format!("detaching XDP from {interface}"))),
+            Attachment::Pinned {
+                interface,
+                path,
+                link,
+            } => {
+                std::fs::remove_file(&path).map_err(|source| DataplaneError::Program {
+                    action: format!("removing the link pin {}", path.display()),
+                    source: Box::new(source),
+                })?;
+                // With the pin gone, closing the last descriptor releases the link.
+                link.detach()
+                    .map_err(program_error(format!("detaching XDP from {interface}")))
+            }
         }
-        Ok(())
+    }
+
+    /// Removes the map pins under `pin_dir` (and the directory once empty). Maps stay
+    /// alive while a program or process still uses them.
+    ///
+    /// # Errors
+    /// A pin that exists could not be removed.
+    pub fn unpin_maps(pin_dir: &Path) -> std::io::Result<()> {
+        for name in PINNED_MAPS {
+            match std::fs::remove_file(pin_dir.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        match std::fs::remove_dir(pin_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                log::warn!("leaving {}: {e}", pin_dir.display());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Traffic of a service, summed over CPUs.
@@ -239,5 +407,32 @@ impl MapOps for KernelDataplane {
             .get(&(counter as u32), 0)
             .map_err(map_error("read", names::COUNTERS))?;
         Ok(per_cpu.iter().sum())
+    }
+}
+
+impl MapRead for KernelDataplane {
+    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>, DataplaneError> {
+        self.vips
+            .iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_error("iterate", names::VIPS))
+    }
+
+    fn backend(&self, id: u32) -> Result<Backend, DataplaneError> {
+        self.backends
+            .get(&id, 0)
+            .map_err(map_error("get", names::BACKENDS))
+    }
+
+    fn list_entry(&self, index: u32) -> Result<u32, DataplaneError> {
+        self.lists
+            .get(&index, 0)
+            .map_err(map_error("get", names::SERVICE_BACKENDS))
+    }
+
+    fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError> {
+        self.chunks
+            .get(&index, 0)
+            .map_err(map_error("get", names::TABLE_CHUNKS))
     }
 }

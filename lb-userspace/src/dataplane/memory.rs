@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use lb_common::{Backend, Counter, FlowKey, GlobalConfig, TableChunk, VipInfo, VipKey};
 
 use super::{
-    DataplaneError, MapOps,
+    DataplaneError, MapOps, MapRead,
     select::{TableChoice, table_choice},
 };
 
@@ -79,5 +79,23 @@ impl MapOps for MemoryDataplane {
 
     fn counter(&self, _counter: Counter) -> Result<u64, DataplaneError> {
         Ok(0)
+    }
+}
+
+impl MapRead for MemoryDataplane {
+    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>, DataplaneError> {
+        Ok(self.vips.iter().map(|(k, v)| (*k, *v)).collect())
+    }
+
+    fn backend(&self, id: u32) -> Result<Backend, DataplaneError> {
+        Ok(self.backends.get(&id).copied().unwrap_or_default())
+    }
+
+    fn list_entry(&self, index: u32) -> Result<u32, DataplaneError> {
+        Ok(self.lists.get(&index).copied().unwrap_or_default())
+    }
+
+    fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError> {
+        Ok(self.chunks.get(&index).copied().unwrap_or_default())
     }
 }

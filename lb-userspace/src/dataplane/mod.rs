@@ -87,6 +87,28 @@ pub trait MapOps {
     fn counter(&self, counter: Counter) -> Result<u64, DataplaneError>;
 }
 
+/// Reading back what is programmed, to adopt the state a previous agent left in pinned
+/// maps (and, later, to explain decisions).
+pub trait MapRead {
+    /// Every VIP entry.
+    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>, DataplaneError>;
+    /// A backend by id.
+    fn backend(&self, id: u32) -> Result<Backend, DataplaneError>;
+    /// One entry of the service-backend pool.
+    fn list_entry(&self, index: u32) -> Result<u32, DataplaneError>;
+    /// One chunk of the table pool.
+    fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError>;
+}
+
+/// The address a 16-byte data-plane address stands for.
+pub fn from_addr16(addr: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(addr);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
 /// What the data plane should do for one service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceSpec {

@@ -6,7 +6,7 @@
 //! program run, so a region must not be rewritten the moment it is freed.
 
 use std::{
-    collections::VecDeque,
+    collections::{HashSet, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -54,6 +54,30 @@ impl RegionPool {
         self.quarantined.push((start, len, now + QUARANTINE));
     }
 
+    /// Marks `[start, start + len)` (rounded to the alignment) as in use: for adopting
+    /// regions a previous agent allocated. Returns false if any part was not free.
+    pub fn reserve(&mut self, start: u32, len: u32) -> bool {
+        let len = len.div_ceil(self.align).max(1) * self.align;
+        let end = start + len;
+        let Some(pos) = self
+            .free
+            .iter()
+            .position(|&(s, l)| s <= start && end <= s + l)
+        else {
+            return false;
+        };
+        let (s, l) = self.free.remove(pos);
+        let mut at = pos;
+        if s < start {
+            self.free.insert(at, (s, start - s));
+            at += 1;
+        }
+        if end < s + l {
+            self.free.insert(at, (end, s + l - end));
+        }
+        true
+    }
+
     /// Units currently free (not counting quarantined ones).
     pub fn available(&self) -> u32 {
         self.free.iter().map(|&(_, l)| l).sum()
@@ -92,6 +116,8 @@ pub struct IdPool {
     next: u32,
     limit: u32,
     freed: VecDeque<(u32, Instant)>,
+    /// Ids adopted from a previous agent, skipped when handing out fresh ones.
+    reserved: HashSet<u32>,
 }
 
 impl IdPool {
@@ -101,14 +127,22 @@ impl IdPool {
             next: 0,
             limit,
             freed: VecDeque::new(),
+            reserved: HashSet::new(),
         }
+    }
+
+    /// Marks an id as in use (adopted). Returns false if it was reserved already.
+    pub fn reserve(&mut self, id: u32) -> bool {
+        id < self.limit && self.reserved.insert(id)
     }
 
     /// A free id, or `None` when all are taken or quarantined.
     pub fn alloc(&mut self, now: Instant) -> Option<u32> {
-        if self.next < self.limit {
+        while self.next < self.limit {
             self.next += 1;
-            return Some(self.next - 1);
+            if !self.reserved.contains(&(self.next - 1)) {
+                return Some(self.next - 1);
+            }
         }
         match self.freed.front() {
             Some(&(id, at)) if at <= now => {
@@ -121,6 +155,7 @@ impl IdPool {
 
     /// Returns an id.
     pub fn free(&mut self, id: u32, now: Instant) {
+        self.reserved.remove(&id);
         self.freed.push_back((id, now + QUARANTINE));
     }
 }
@@ -159,6 +194,22 @@ mod tests {
         pool.free(c, 32, t0);
         pool.free(b, 32, t0);
         assert_eq!(pool.alloc(96, t0 + QUARANTINE), Some(0), "one extent again");
+    }
+
+    #[test]
+    fn reserved_regions_and_ids_are_skipped() {
+        let t0 = Instant::now();
+        let mut pool = RegionPool::new(256, 32);
+        assert!(pool.reserve(64, 40));
+        assert!(!pool.reserve(96, 1), "already taken");
+        assert_eq!(pool.alloc(64, t0), Some(0));
+        assert_eq!(pool.alloc(32, t0), Some(128));
+        let mut ids = IdPool::new(4);
+        assert!(ids.reserve(0) && ids.reserve(2));
+        assert_eq!(
+            (ids.alloc(t0), ids.alloc(t0), ids.alloc(t0)),
+            (Some(1), Some(3), None)
+        );
     }
 
     #[test]

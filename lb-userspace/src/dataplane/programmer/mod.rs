@@ -17,7 +17,7 @@ use lb_common::{
 };
 
 use super::{
-    DataplaneError, MapOps, ServiceSpec, addr16,
+    DataplaneError, MapOps, MapRead, ServiceSpec, addr16, from_addr16,
     pool::{IdPool, RegionPool},
 };
 use crate::maglev;
@@ -75,6 +75,71 @@ impl Programmer {
     /// The programmed state of a service.
     pub fn service(&self, key: &VipKey) -> Option<&Programmed> {
         self.services.get(key)
+    }
+
+    /// Takes over what a previous agent programmed (pinned maps): its services, regions
+    /// and ids are recorded as in use, so the next [`Programmer::apply`] swaps them
+    /// atomically like any change and backend ids — which conntrack entries point at —
+    /// stay what they were. Returns the number of services adopted.
+    ///
+    /// # Errors
+    /// A map read failed, or the maps are inconsistent (overlapping regions).
+    pub fn adopt(&mut self, maps: &impl MapRead) -> Result<usize, DataplaneError> {
+        let vips = maps.vips()?;
+        for (key, info) in &vips {
+            let name = format!("adopted service {}", info.service_id);
+            let corrupt = |what: &str| DataplaneError::Invalid {
+                service: name.clone(),
+                problem: format!("pinned state is inconsistent: {what}; remove the pin directory"),
+            };
+            if !self.service_ids.reserve(info.service_id) {
+                return Err(corrupt("service id used twice"));
+            }
+            let mut backends = Vec::with_capacity(info.list_len as usize);
+            let mut backend_ids = Vec::with_capacity(info.list_len as usize);
+            for i in 0..info.list_len {
+                let id = maps.list_entry(info.list_base + i)?;
+                let addr = from_addr16(maps.backend(id)?.addr);
+                self.backend_id_pool.reserve(id);
+                self.backend_ids.insert((*key, addr), id);
+                backends.push(addr);
+                backend_ids.push(id);
+            }
+            if info.list_len > 0 && !self.lists.reserve(info.list_base, info.list_len) {
+                return Err(corrupt("backend lists overlap"));
+            }
+            let mut table = Vec::with_capacity(info.table_size as usize);
+            if info.table_size > 0 {
+                if !self.tables.reserve(info.table_base, info.table_size) {
+                    return Err(corrupt("tables overlap"));
+                }
+                let first = info.table_base / TABLE_CHUNK_SLOTS;
+                for c in 0..info.table_size.div_ceil(TABLE_CHUNK_SLOTS) {
+                    table.extend_from_slice(&maps.table_chunk(first + c)?.slots);
+                }
+                table.truncate(info.table_size as usize);
+            }
+            let mode = lb_common::ForwardingMode::from_u32(info.mode)
+                .ok_or_else(|| corrupt("unknown forwarding mode"))?;
+            let spec = ServiceSpec {
+                name,
+                key: *key,
+                mode,
+                backends: backends.clone(),
+                table_size: Some(info.table_size),
+            };
+            self.services.insert(
+                *key,
+                Programmed {
+                    info: *info,
+                    backends,
+                    backend_ids,
+                    table,
+                    spec,
+                },
+            );
+        }
+        Ok(vips.len())
     }
 
     /// Makes the data plane serve exactly `specs`.

@@ -194,3 +194,38 @@ fn ipv6_backends_are_flagged() {
     assert_eq!(b.flags, BACKEND_F_IPV6);
     assert_eq!(b.addr, b6.octets());
 }
+
+#[test]
+fn a_new_programmer_adopts_the_previous_state() {
+    let t0 = Instant::now();
+    let mut dp = MemoryDataplane::default();
+    let mut first = Programmer::default();
+    let backends = [v4(11), v4(12), v4(13)];
+    first
+        .apply(&mut dp, &[spec(80, &backends), spec(81, &[v4(14)])], t0)
+        .expect("first");
+    let before = first
+        .service(&spec(80, &[]).key)
+        .expect("programmed")
+        .clone();
+
+    // A restarted agent: fresh allocators, same maps.
+    let mut second = Programmer::default();
+    assert_eq!(second.adopt(&dp).expect("adopt"), 2);
+    let adopted = second.service(&spec(80, &[]).key).expect("adopted");
+    assert_eq!(adopted.table, before.table);
+    assert_eq!(adopted.backend_ids, before.backend_ids);
+    assert_eq!(adopted.backends, before.backends);
+
+    // Applying the same config swaps in new regions (never the live ones) and keeps
+    // every backend id; the service that is gone is removed.
+    second
+        .apply(&mut dp, &[spec(80, &backends)], t0)
+        .expect("apply");
+    let after = second.service(&spec(80, &[]).key).expect("programmed");
+    assert_eq!(after.backend_ids, before.backend_ids);
+    assert_ne!(after.info.table_base, before.info.table_base);
+    assert_ne!(after.info.list_base, before.info.list_base);
+    assert_eq!(after.table, before.table);
+    assert_eq!(dp.vips.len(), 1);
+}

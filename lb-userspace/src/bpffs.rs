@@ -1,0 +1,69 @@
+//! Making sure pins land on a bpf filesystem.
+
+use std::{ffi::CString, io, path::Path};
+
+/// `BPF_FS_MAGIC` from `linux/magic.h`.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+/// Where bpffs is conventionally mounted.
+pub const DEFAULT_MOUNT: &str = "/sys/fs/bpf";
+
+/// Whether `path` is on a bpf filesystem.
+///
+/// # Errors
+/// `statfs` failed (e.g. the path does not exist).
+pub fn is_bpffs(path: &Path) -> io::Result<bool> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: an all-zero statfs is a valid out-parameter.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated, st is writable.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_type as i64 == BPF_FS_MAGIC)
+}
+
+/// Ensures `pin_dir` can hold pins: its nearest existing ancestor must be on bpffs. If
+/// the directory is under the conventional `/sys/fs/bpf` and nothing is mounted there,
+/// bpffs is mounted (as systemd and other BPF agents do).
+///
+/// # Errors
+/// A clear error naming the directory when it is not on bpffs and cannot be made so.
+pub fn ensure(pin_dir: &Path) -> io::Result<()> {
+    let mut probe = pin_dir;
+    while !probe.exists() {
+        probe = probe.parent().unwrap_or(Path::new("/"));
+    }
+    if is_bpffs(probe)? {
+        return Ok(());
+    }
+    let default = Path::new(DEFAULT_MOUNT);
+    if pin_dir.starts_with(default) && default.is_dir() && !is_bpffs(default)? {
+        let src = CString::new("bpffs").map_err(io::Error::other)?;
+        let target = CString::new(DEFAULT_MOUNT).map_err(io::Error::other)?;
+        let fstype = CString::new("bpf").map_err(io::Error::other)?;
+        let opts = CString::new("mode=0700").map_err(io::Error::other)?;
+        // SAFETY: all pointers are valid NUL-terminated strings.
+        let rc = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        log::info!("mounted bpffs at {DEFAULT_MOUNT}");
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "{} is not on a bpf filesystem (mount one: `mount -t bpf bpf DIR`), or set node.pin_path = \"\" to run without pinning",
+            pin_dir.display()
+        ),
+    ))
+}
