@@ -177,6 +177,12 @@ impl XdpRig {
 
     /// Runs one packet through the program as if received on `eth0`.
     pub fn run(&mut self, packet: &[u8]) -> Outcome {
+        self.run_timed(packet, false).0
+    }
+
+    /// Runs one packet through the load balancer (or, with `floor`, through the
+    /// pass-everything program) and returns the kernel-measured run time too.
+    pub fn run_timed(&mut self, packet: &[u8], floor: bool) -> (Outcome, std::time::Duration) {
         let mut out = vec![0u8; packet.len() + 256];
         // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
         // egress_ifindex. The kernel wants data = meta length (0) and data_end = size.
@@ -186,17 +192,21 @@ impl XdpRig {
         opts.data_in = Some(packet);
         opts.data_out = Some(&mut out);
         opts.ctx_in = Some(&md_bytes);
-        let result = self
-            .dataplane
-            .program()
+        let prog = if floor {
+            self.dataplane.pass_program()
+        } else {
+            self.dataplane.program()
+        };
+        let result = prog
             .expect("program")
             .test_run(opts)
             .expect("BPF_PROG_TEST_RUN");
         out.truncate(result.data_size_out as usize);
-        Outcome {
+        let outcome = Outcome {
             action: result.return_value,
             bytes: out,
-        }
+        };
+        (outcome, result.duration)
     }
 
     /// A global counter, summed over CPUs.

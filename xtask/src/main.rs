@@ -30,6 +30,16 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Benchmarks: `dataplane` (per-packet cost through BPF_PROG_TEST_RUN, as ratios to
+    /// an empty XDP program measured in the same run).
+    Bench {
+        /// What to measure.
+        #[arg(value_parser = ["dataplane"])]
+        what: String,
+        /// Extra arguments for the benchmark (e.g. `--calls 100000 --trials 3`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Run the main job on an embedded default: client → VIP → three backends, in
     /// network namespaces, with lbd on the LB node.
     Demo {
@@ -48,6 +58,7 @@ fn main() -> Result<()> {
         Command::BuildEbpf => build_ebpf(),
         Command::Test { args } => test(&args),
         Command::Demo { args } => demo(&args),
+        Command::Bench { what, args } => bench(&what, &args),
     }
 }
 
@@ -144,6 +155,19 @@ fn demo(args: &[String]) -> Result<()> {
         "lb-demo",
         "--",
     ];
+    full.extend(args.iter().map(String::as_str));
+    cmd::cargo(&full)
+}
+
+fn bench(what: &str, args: &[String]) -> Result<()> {
+    setup::run()?;
+    require_root("BPF_PROG_TEST_RUN")?;
+    cmd::remove_stale_namespaces()?;
+    let bin = match what {
+        "dataplane" => "lb-bench",
+        other => bail!("unknown benchmark {other}"),
+    };
+    let mut full = vec!["run", "--quiet", "--release", "--package", "lb-testbed", "--bin", bin, "--"];
     full.extend(args.iter().map(String::as_str));
     cmd::cargo(&full)
 }

@@ -153,6 +153,28 @@ impl KernelDataplane {
         })
     }
 
+    /// The pass-everything program from the same object, loaded on first use: the
+    /// floor that per-packet benchmarks are measured against.
+    ///
+    /// # Errors
+    /// The object lacks it or the kernel refuses to load it.
+    pub fn pass_program(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        let missing = DataplaneError::Missing {
+            what: "program",
+            name: names::XDP_PASS_PROGRAM,
+        };
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(names::XDP_PASS_PROGRAM)
+            .ok_or(missing)?
+            .try_into()
+            .map_err(program_error("xdp_pass is not XDP"))?;
+        if prog.fd().is_err() {
+            prog.load().map_err(program_error("loading xdp_pass"))?;
+        }
+        Ok(prog)
+    }
+
     /// The XDP program, e.g. for `BPF_PROG_TEST_RUN`.
     ///
     /// # Errors

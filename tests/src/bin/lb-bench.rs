@@ -1,0 +1,198 @@
+//! `cargo xtask bench dataplane`: per-packet cost of each fixture class through
+//! BPF_PROG_TEST_RUN, against an empty XDP program measured in the same run.
+//!
+//! Method (shared/TOOLCHAIN.md): one packet per call (`repeat = 1`), the kernel-reported
+//! duration averaged over many calls per trial, trials of every class interleaved with
+//! the floor, the measuring thread pinned to one CPU. Reported: median [min..max] of the
+//! trial means, the ratio to the floor's median, and the net ns above the floor.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    process::ExitCode,
+    time::Duration,
+};
+
+use lb_common::ForwardingMode;
+use lb_testbed::{
+    fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6},
+    is_root,
+    packet::{Packet, TCP},
+};
+use lb_userspace::dataplane::{ServiceSpec, vip_key};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 1);
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+const SEED: u32 = 0x5eed;
+
+/// One benchmark class: what it sends and what the program must answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Floor,
+    NonVip,
+    EstablishedV4,
+    EstablishedV6,
+    NewFlowV4,
+}
+
+impl Class {
+    const ALL: [Class; 5] = [
+        Class::Floor,
+        Class::NonVip,
+        Class::EstablishedV4,
+        Class::EstablishedV6,
+        Class::NewFlowV4,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Class::Floor => "empty XDP program (floor)",
+            Class::NonVip => "non-VIP pass",
+            Class::EstablishedV4 => "established TCP v4 (conntrack hit)",
+            Class::EstablishedV6 => "established TCP v6 (conntrack hit)",
+            Class::NewFlowV4 => "new flow v4 (Maglev + conntrack insert)",
+        }
+    }
+
+    fn expected_action(self) -> u32 {
+        match self {
+            Class::Floor | Class::NonVip => action::PASS,
+            _ => action::TX,
+        }
+    }
+}
+
+fn services() -> Vec<ServiceSpec> {
+    let b4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
+    let b6: Vec<IpAddr> = (0..3).map(|i| backend6(i).0).collect();
+    vec![
+        ServiceSpec {
+            name: "web".into(),
+            key: vip_key(VIP.into(), 80, TCP),
+            mode: ForwardingMode::Dsr,
+            backends: b4,
+            table_size: None,
+        },
+        ServiceSpec {
+            name: "web6".into(),
+            key: vip_key(VIP6.into(), 80, TCP),
+            mode: ForwardingMode::Dsr,
+            backends: b6,
+            table_size: None,
+        },
+    ]
+}
+
+fn rig() -> XdpRig {
+    let mut rig = XdpRig::load(SEED);
+    for s in services() {
+        rig.program(s);
+    }
+    rig
+}
+
+/// Mean kernel time per packet over `calls` calls of one class.
+fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
+    let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+    let eth6 = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
+    let mut packet = match class {
+        Class::Floor | Class::EstablishedV4 | Class::NewFlowV4 => Packet::tcp4(eth, CLIENT, 40000, VIP, 80, b"payload"),
+        Class::NonVip => Packet::tcp4(eth, CLIENT, 40000, Ipv4Addr::new(198, 18, 0, 2), 22, b"payload"),
+        Class::EstablishedV6 => Packet::tcp6(eth6, CLIENT6, 40000, VIP6, 80, b"payload"),
+    }
+    .bytes;
+    let floor = class == Class::Floor;
+    // Warm up: the established classes need their conntrack entry first.
+    let (out, _) = rig.run_timed(&packet, floor);
+    assert_eq!(out.action, class.expected_action(), "{} gave action {}", class.name(), out.action);
+    let mut total = Duration::ZERO;
+    for i in 0..calls {
+        if class == Class::NewFlowV4 {
+            // A new source address and port for every call: each packet is a new flow.
+            let flow = i + 1;
+            packet[28..30].copy_from_slice(&((flow >> 16) as u16).to_be_bytes());
+            packet[34..36].copy_from_slice(&(flow as u16).to_be_bytes());
+        }
+        total += rig.run_timed(&packet, floor).1;
+    }
+    total.as_nanos() as f64 / f64::from(calls)
+}
+
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: an all-zero cpu_set_t is empty; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            eprintln!("warning: could not pin to CPU {cpu}: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> ExitCode {
+    let mut calls: u32 = 500_000;
+    let mut trials: usize = 5;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let value = args.next().and_then(|v| v.parse().ok());
+        match (a.as_str(), value) {
+            ("--calls", Some(n)) if n > 0 => calls = n as u32,
+            ("--trials", Some(n)) if n > 0 => trials = n,
+            _ => {
+                eprintln!("usage: lb-bench [--calls N] [--trials N]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if !is_root() {
+        eprintln!("lb-bench: needs root (BPF_PROG_TEST_RUN)");
+        return ExitCode::FAILURE;
+    }
+    let host = FixtureHost::new();
+    let results = host.run(move || {
+        pin_to_cpu(1);
+        let mut rig = rig();
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); Class::ALL.len()];
+        for t in 0..trials {
+            for (c, class) in Class::ALL.iter().enumerate() {
+                // New flows get fresh maps every trial so each trial inserts into a
+                // conntrack table of the same size.
+                let mean = if *class == Class::NewFlowV4 {
+                    trial(&mut rig_fresh(), *class, calls)
+                } else {
+                    trial(&mut rig, *class, calls)
+                };
+                eprintln!("trial {}/{trials}: {:<42} {mean:7.1} ns", t + 1, class.name());
+                samples[c].push(mean);
+            }
+        }
+        samples
+    });
+    let floor = median(&mut results[0].clone());
+    println!("\nper-packet cost, BPF_PROG_TEST_RUN, repeat=1, {calls} calls x {trials} trials, CPU 1");
+    println!("{:<42} {:>9} {:>19} {:>8} {:>9}", "class", "median ns", "[min..max]", "x floor", "net ns");
+    for (class, s) in Class::ALL.iter().zip(results) {
+        let mut s = s;
+        let med = median(&mut s);
+        let (min, max) = (s[0], s[s.len() - 1]);
+        println!(
+            "{:<42} {med:>9.1} {:>19} {:>8.2} {:>9.1}",
+            class.name(),
+            format!("[{min:.1}..{max:.1}]"),
+            med / floor,
+            med - floor
+        );
+    }
+    println!("nat reply: n/a (nat mode not implemented yet)");
+    ExitCode::SUCCESS
+}
+
+fn rig_fresh() -> XdpRig {
+    rig()
+}
