@@ -73,7 +73,8 @@ mod tests {
             src_port_be: sport.to_be(),
             dst_port_be: dport.to_be(),
             proto,
-            _pad: [0; 3],
+            _pad: 0,
+            _pad2: 0,
         }
     }
 

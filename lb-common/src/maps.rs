@@ -88,7 +88,11 @@ pub const fn is_v4_mapped(addr: &[u8; 16]) -> bool {
 
 /// Key of the VIP map. A service for every port of an address uses `port_be == 0`; the
 /// program looks up the exact port first, then port 0.
-#[repr(C)]
+///
+/// Keys are 8-byte aligned so the compiler copies them in words: with byte alignment
+/// the BPF backend calls a byte-at-a-time memcpy loop, which costs more than the
+/// lookup itself.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VipKey {
     /// VIP address (IPv4-mapped for IPv4).
@@ -99,8 +103,10 @@ pub struct VipKey {
     pub proto: u8,
     /// Always zero: hash keys compare every byte.
     pub _pad: u8,
+    /// Always zero.
+    pub _pad2: u32,
 }
-const _: () = assert!(size_of::<VipKey>() == 20);
+const _: () = assert!(size_of::<VipKey>() == 24);
 
 /// How packets for a service leave the node.
 #[repr(u32)]
@@ -167,7 +173,7 @@ impl Default for TableChunk {
 pub const BACKEND_F_IPV6: u32 = 1;
 
 /// One backend, by id.
-#[repr(C)]
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Backend {
     /// Backend address (IPv4-mapped for IPv4).
@@ -179,8 +185,9 @@ pub struct Backend {
 }
 const _: () = assert!(size_of::<Backend>() == 24);
 
-/// Connection-tracking key: the 5-tuple as it arrives (client → VIP).
-#[repr(C)]
+/// Connection-tracking key: the 5-tuple as it arrives (client → VIP). 8-byte aligned
+/// for word copies (see [`VipKey`]).
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
     /// Source address (IPv4-mapped for IPv4).
@@ -194,7 +201,9 @@ pub struct FlowKey {
     /// IP protocol.
     pub proto: u8,
     /// Always zero.
-    pub _pad: [u8; 3],
+    pub _pad: u8,
+    /// Always zero.
+    pub _pad2: u16,
 }
 const _: () = assert!(size_of::<FlowKey>() == 40);
 

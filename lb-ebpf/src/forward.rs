@@ -8,12 +8,39 @@ use aya_ebpf::{
         BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup as FibParams,
         xdp_action,
     },
-    helpers::{bpf_fib_lookup, bpf_redirect},
+    helpers::{bpf_fib_lookup, bpf_ktime_get_coarse_ns, bpf_redirect},
     programs::XdpContext,
 };
 use lb_common::{Backend, Counter, maps::BACKEND_F_IPV6};
 
-use crate::{Verdict, parse::Packet};
+use crate::{
+    Verdict,
+    maps::{FIB_SCRATCH, NEXT_HOPS},
+    parse::Packet,
+};
+
+/// How long a cached next hop is trusted before the FIB is asked again. Bounds how
+/// long a changed neighbour (a backend moved to another MAC) can be missed.
+const NEXT_HOP_TTL_NS: u64 = 1_000_000_000;
+
+/// A backend's next hop as the FIB last resolved it, cached per CPU: the FIB lookup
+/// costs more than the rest of the established-flow path together.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NextHop {
+    /// The backend address this entry is for (a backend id can be reused later).
+    pub addr: [u8; 16],
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    pub ifindex: u32,
+    /// `bpf_ktime_get_coarse_ns` time after which the entry is stale; 0 = empty.
+    pub expires_ns: u64,
+}
+
+#[inline(always)]
+fn same_addr(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    words(a) == words(b)
+}
 
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
@@ -28,6 +55,25 @@ fn words(addr: &[u8; 16]) -> [u32; 4] {
     ]
 }
 
+/// Writes a MAC address as one 4-byte and one 2-byte store (a plain array assignment
+/// becomes a byte-at-a-time memcpy call on BPF).
+///
+/// # Safety
+/// `dst` must point to 6 writable bytes.
+#[inline(always)]
+unsafe fn write_mac(dst: *mut [u8; 6], mac: &[u8; 6]) {
+    let dst = dst.cast::<u8>();
+    // SAFETY: the caller guarantees 6 writable bytes; unaligned stores are fine on
+    // packet memory.
+    unsafe {
+        dst.cast::<u32>()
+            .write_unaligned(u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]]));
+        dst.add(4)
+            .cast::<u16>()
+            .write_unaligned(u16::from_ne_bytes([mac[4], mac[5]]));
+    }
+}
+
 /// Sends the packet, unchanged above layer 2, towards `backend`.
 ///
 /// The next hop is a forwarding lookup as the kernel would do for a packet arriving on
@@ -38,42 +84,79 @@ fn words(addr: &[u8; 16]) -> [u32; 4] {
 /// them on its own). DSR cannot change the address family: a backend of the other
 /// family has no route.
 #[inline(always)]
-pub fn to_backend(ctx: &XdpContext, pkt: &Packet, backend: &Backend) -> Verdict {
+pub fn to_backend(ctx: &XdpContext, pkt: &Packet, backend_id: u32, backend: &Backend) -> Verdict {
     if (backend.flags & BACKEND_F_IPV6 != 0) != pkt.ipv6 {
         return Verdict::drop(Counter::DropNoRoute);
     }
     let ingress = ctx.ingress_ifindex() as u32;
-    // SAFETY: an all-zero bpf_fib_lookup is a valid value of a plain C struct.
-    let mut fib: FibParams = unsafe { core::mem::zeroed() };
-    fib.l4_protocol = pkt.key.proto;
-    fib.__bindgen_anon_1.tot_len = pkt.ip_len;
-    fib.ifindex = ingress;
-    if pkt.ipv6 {
-        fib.family = AF_INET6;
-        fib.__bindgen_anon_3.ipv6_src = words(&pkt.key.src);
-        fib.__bindgen_anon_4.ipv6_dst = words(&backend.addr);
-    } else {
-        fib.family = AF_INET;
-        fib.__bindgen_anon_3.ipv4_src = words(&pkt.key.src)[3];
-        fib.__bindgen_anon_4.ipv4_dst = words(&backend.addr)[3];
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    let cache = NEXT_HOPS.get_ptr_mut(backend_id);
+    if let Some(hop) = cache {
+        // SAFETY: this CPU's slot, valid for this run.
+        let hop = unsafe { &*hop };
+        if now < hop.expires_ns && same_addr(&hop.addr, &backend.addr) {
+            return send(pkt, ingress, hop.ifindex, &hop.dmac, &hop.smac);
+        }
     }
-    // SAFETY: ctx is the program's context and fib a properly sized stack buffer.
-    let rc = unsafe { bpf_fib_lookup(ctx.as_ptr(), &mut fib, size_of::<FibParams>() as i32, 0) };
+    // The parameters live in a per-CPU scratch slot rather than on the stack, where the
+    // struct would get a 64-byte memset call per packet. Every input field is written
+    // here; the rest are outputs of the helper.
+    let Some(fib) = FIB_SCRATCH.get_ptr_mut(0) else {
+        return Verdict::drop(Counter::DropNoRoute);
+    };
+    // SAFETY: fib points to this CPU's slot of the scratch map, valid for this run.
+    let rc = unsafe {
+        (*fib).l4_protocol = pkt.key.proto;
+        (*fib).sport = 0;
+        (*fib).dport = 0;
+        (*fib).__bindgen_anon_1.tot_len = pkt.ip_len;
+        (*fib).ifindex = ingress;
+        (*fib).__bindgen_anon_2.flowinfo = 0;
+        if pkt.ipv6 {
+            (*fib).family = AF_INET6;
+            (*fib).__bindgen_anon_3.ipv6_src = words(&pkt.key.src);
+            (*fib).__bindgen_anon_4.ipv6_dst = words(&backend.addr);
+        } else {
+            (*fib).family = AF_INET;
+            (*fib).__bindgen_anon_3.ipv4_src = words(&pkt.key.src)[3];
+            (*fib).__bindgen_anon_4.ipv4_dst = words(&backend.addr)[3];
+        }
+        bpf_fib_lookup(ctx.as_ptr(), fib, size_of::<FibParams>() as i32, 0)
+    };
+    // SAFETY: as above; the helper has filled the outputs read below.
+    let fib = unsafe { &*fib };
     match rc as u32 {
         BPF_FIB_LKUP_RET_SUCCESS => {}
         BPF_FIB_LKUP_RET_NO_NEIGH => return Verdict::pass(Counter::PassNoNeighbour),
         _ => return Verdict::drop(Counter::DropNoRoute),
     }
+    if let Some(hop) = cache {
+        // SAFETY: this CPU's slot, valid for this run.
+        unsafe {
+            (*hop).addr = backend.addr;
+            (*hop).dmac = fib.dmac;
+            (*hop).smac = fib.smac;
+            (*hop).ifindex = fib.ifindex;
+            (*hop).expires_ns = now + NEXT_HOP_TTL_NS;
+        }
+    }
+    send(pkt, ingress, fib.ifindex, &fib.dmac, &fib.smac)
+}
+
+/// Rewrites the MACs and transmits: back out of the ingress interface, or redirected.
+#[inline(always)]
+fn send(pkt: &Packet, ingress: u32, ifindex: u32, dmac: &[u8; 6], smac: &[u8; 6]) -> Verdict {
     // SAFETY: pkt.eth was bounds-checked by the parser and the packet was not resized.
     unsafe {
-        (*pkt.eth).dst = fib.dmac;
-        (*pkt.eth).src = fib.smac;
+        write_mac(&raw mut (*pkt.eth).dst, dmac);
+        write_mac(&raw mut (*pkt.eth).src, smac);
     }
-    if fib.ifindex == ingress {
+    if ifindex == ingress {
         Verdict::forward(xdp_action::XDP_TX, Counter::Tx)
     } else {
         // SAFETY: plain helper call; it returns XDP_REDIRECT or XDP_ABORTED.
-        let action = unsafe { bpf_redirect(fib.ifindex, 0) } as u32;
+        let action = unsafe { bpf_redirect(ifindex, 0) } as u32;
         Verdict::forward(action, Counter::Redirect)
     }
 }

@@ -17,6 +17,7 @@ pub fn vip(key: &FlowKey) -> Option<&'static VipInfo> {
         port_be: key.dst_port_be,
         proto: key.proto,
         _pad: 0,
+        _pad2: 0,
     };
     // SAFETY: values are plain data that userspace replaces whole; an update swaps the
     // element, so the reference stays valid for this program run.

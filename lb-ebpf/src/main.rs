@@ -88,7 +88,7 @@ fn steer(ctx: &XdpContext) -> Verdict {
     let Some(choice) = lookup::backend(vip, &pkt.key) else {
         return Verdict::drop(Counter::DropNoBackend);
     };
-    let verdict = forward::to_backend(ctx, &pkt, choice.backend);
+    let verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);

@@ -33,6 +33,16 @@ pub static TABLE_CHUNKS_MAP: Array<TableChunk> = Array::with_max_entries(TABLE_C
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry> =
     LruHashMap::with_max_entries(CONNTRACK_ENTRIES, BPF_F_NO_COMMON_LRU);
 
+/// Per-CPU scratch space for `bpf_fib_lookup` parameters (see `forward.rs`).
+#[map(name = "LB_FIB_SCRATCH")]
+pub static FIB_SCRATCH: PerCpuArray<aya_ebpf::bindings::bpf_fib_lookup> =
+    PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU cache of each backend's next hop (see `forward.rs`), by backend id.
+#[map(name = "LB_NEXT_HOPS")]
+pub static NEXT_HOPS: PerCpuArray<crate::forward::NextHop> =
+    PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
+
 /// Node-wide settings at index 0.
 #[map(name = "LB_CONFIG_V2")]
 pub static CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);

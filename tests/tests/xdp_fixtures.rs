@@ -50,7 +50,8 @@ fn flow(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, proto: u8) -> FlowKey 
         src_port_be: sport.to_be(),
         dst_port_be: dport.to_be(),
         proto,
-        _pad: [0; 3],
+        _pad: 0,
+        _pad2: 0,
     }
 }
 

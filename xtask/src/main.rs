@@ -167,7 +167,16 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
         "dataplane" => "lb-bench",
         other => bail!("unknown benchmark {other}"),
     };
-    let mut full = vec!["run", "--quiet", "--release", "--package", "lb-testbed", "--bin", bin, "--"];
+    let mut full = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "lb-testbed",
+        "--bin",
+        bin,
+        "--",
+    ];
     full.extend(args.iter().map(String::as_str));
     cmd::cargo(&full)
 }

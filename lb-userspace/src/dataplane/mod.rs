@@ -139,5 +139,6 @@ pub fn vip_key(addr: IpAddr, port: u16, proto: u8) -> VipKey {
         port_be: port.to_be(),
         proto,
         _pad: 0,
+        _pad2: 0,
     }
 }

@@ -97,15 +97,30 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
     let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
     let eth6 = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
     let mut packet = match class {
-        Class::Floor | Class::EstablishedV4 | Class::NewFlowV4 => Packet::tcp4(eth, CLIENT, 40000, VIP, 80, b"payload"),
-        Class::NonVip => Packet::tcp4(eth, CLIENT, 40000, Ipv4Addr::new(198, 18, 0, 2), 22, b"payload"),
+        Class::Floor | Class::EstablishedV4 | Class::NewFlowV4 => {
+            Packet::tcp4(eth, CLIENT, 40000, VIP, 80, b"payload")
+        }
+        Class::NonVip => Packet::tcp4(
+            eth,
+            CLIENT,
+            40000,
+            Ipv4Addr::new(198, 18, 0, 2),
+            22,
+            b"payload",
+        ),
         Class::EstablishedV6 => Packet::tcp6(eth6, CLIENT6, 40000, VIP6, 80, b"payload"),
     }
     .bytes;
     let floor = class == Class::Floor;
     // Warm up: the established classes need their conntrack entry first.
     let (out, _) = rig.run_timed(&packet, floor);
-    assert_eq!(out.action, class.expected_action(), "{} gave action {}", class.name(), out.action);
+    assert_eq!(
+        out.action,
+        class.expected_action(),
+        "{} gave action {}",
+        class.name(),
+        out.action
+    );
     let mut total = Duration::ZERO;
     for i in 0..calls {
         if class == Class::NewFlowV4 {
@@ -125,7 +140,10 @@ fn pin_to_cpu(cpu: usize) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            eprintln!("warning: could not pin to CPU {cpu}: {}", std::io::Error::last_os_error());
+            eprintln!(
+                "warning: could not pin to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
 }
@@ -168,15 +186,24 @@ fn main() -> ExitCode {
                 } else {
                     trial(&mut rig, *class, calls)
                 };
-                eprintln!("trial {}/{trials}: {:<42} {mean:7.1} ns", t + 1, class.name());
+                eprintln!(
+                    "trial {}/{trials}: {:<42} {mean:7.1} ns",
+                    t + 1,
+                    class.name()
+                );
                 samples[c].push(mean);
             }
         }
         samples
     });
     let floor = median(&mut results[0].clone());
-    println!("\nper-packet cost, BPF_PROG_TEST_RUN, repeat=1, {calls} calls x {trials} trials, CPU 1");
-    println!("{:<42} {:>9} {:>19} {:>8} {:>9}", "class", "median ns", "[min..max]", "x floor", "net ns");
+    println!(
+        "\nper-packet cost, BPF_PROG_TEST_RUN, repeat=1, {calls} calls x {trials} trials, CPU 1"
+    );
+    println!(
+        "{:<42} {:>9} {:>19} {:>8} {:>9}",
+        "class", "median ns", "[min..max]", "x floor", "net ns"
+    );
     for (class, s) in Class::ALL.iter().zip(results) {
         let mut s = s;
         let med = median(&mut s);

@@ -26,7 +26,8 @@ fn flow(sport: u16) -> FlowKey {
         src_port_be: sport.to_be(),
         dst_port_be: 80u16.to_be(),
         proto: 6,
-        _pad: [0; 3],
+        _pad: 0,
+        _pad2: 0,
     }
 }
 
