@@ -271,3 +271,27 @@ fn collect(cmd: &mut Command) -> (Option<i32>, String) {
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     (out.status.code(), text)
 }
+
+/// A service in a generated config: name, VIP, port, protocol ("tcp"/"udp").
+pub type ServiceLine<'a> = (&'a str, std::net::IpAddr, u16, &'a str);
+
+/// An lbd config for the standard topology (`eth0`), `xdp_mode`, and `services` that
+/// all use `backends`.
+pub fn config(
+    xdp_mode: &str,
+    services: &[ServiceLine<'_>],
+    backends: &[std::net::IpAddr],
+) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!("{{ address = \"{b}\" }}"))
+        .collect();
+    let list = list.join(", ");
+    let mut text = format!("[node]\ninterface = \"eth0\"\nxdp_mode = \"{xdp_mode}\"\n");
+    for (name, vip, port, proto) in services {
+        text.push_str(&format!(
+            "\n[[service]]\nname = \"{name}\"\nvip = \"{vip}\"\nport = {port}\nprotocol = \"{proto}\"\nbackends = [{list}]\n"
+        ));
+    }
+    text
+}

@@ -30,24 +30,45 @@ impl Server {
     /// Serves HTTP on `addr:port` inside `ns`: every request gets `200 OK` with the body
     /// `<name>\n`, then the connection closes.
     pub fn http(ns: &Netns, addr: impl Into<IpAddr>, port: u16, name: &str) -> Self {
-        let addr = addr.into();
+        Self::tcp(
+            ns,
+            SocketAddr::new(addr.into(), port),
+            name,
+            |conn, name, _| {
+                let _ = serve_http(conn, name);
+            },
+        )
+    }
+
+    /// A TCP listener inside `ns` whose connections go to `handle` on their own threads.
+    fn tcp(
+        ns: &Netns,
+        addr: SocketAddr,
+        name: &str,
+        handle: fn(TcpStream, &str, &AtomicBool),
+    ) -> Self {
         let listener = ns.run(move || {
-            let l = TcpListener::bind(SocketAddr::new(addr, port)).expect("bind tcp");
+            let l = TcpListener::bind(addr).expect("bind tcp");
             l.set_nonblocking(true).expect("nonblocking");
             l
         });
         let name = name.to_owned();
         Self::spawn(move |stop| {
+            let mut workers = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let _ = serve_http(conn, &name);
+                        let (name, stop) = (name.clone(), stop.clone());
+                        workers.push(std::thread::spawn(move || handle(conn, &name, &stop)));
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(2));
                     }
                     Err(_) => break,
                 }
+            }
+            for w in workers {
+                let _ = w.join();
             }
         })
     }
@@ -78,31 +99,7 @@ impl Server {
     /// Serves long-lived TCP connections on `addr:port` inside `ns`: every line a
     /// client sends is answered with `<name> <line>`; each connection has its own thread.
     pub fn echo(ns: &Netns, addr: impl Into<IpAddr>, port: u16, name: &str) -> Self {
-        let addr = addr.into();
-        let listener = ns.run(move || {
-            let l = TcpListener::bind(SocketAddr::new(addr, port)).expect("bind tcp");
-            l.set_nonblocking(true).expect("nonblocking");
-            l
-        });
-        let name = name.to_owned();
-        Self::spawn(move |stop| {
-            let mut workers = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let (name, stop) = (name.clone(), stop.clone());
-                        workers.push(std::thread::spawn(move || echo_lines(conn, &name, &stop)));
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                    Err(_) => break,
-                }
-            }
-            for w in workers {
-                let _ = w.join();
-            }
-        })
+        Self::tcp(ns, SocketAddr::new(addr.into(), port), name, echo_lines)
     }
 
     fn spawn(body: impl FnOnce(Arc<AtomicBool>) + Send + 'static) -> Self {

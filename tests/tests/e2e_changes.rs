@@ -1,11 +1,11 @@
 //! Established flows are sacred: backends added and removed under live connections,
 //! and a broken config on reload, move or reset nothing.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
-    topology::{HOST_IF, VIP, backend_addr},
+    topology::{VIP, backend_addr},
     traffic::{Held, Server, http_requests},
 };
 
@@ -15,30 +15,60 @@ const HELD: usize = 30;
 
 /// A config whose two services (HTTP and the echo service) use backends `which`.
 fn config(which: &[usize]) -> String {
-    let list: Vec<String> = which
-        .iter()
-        .map(|&i| format!("{{ address = \"{}\" }}", backend_addr(i)))
-        .collect();
-    let list = list.join(", ");
-    format!(
-        r#"
-[node]
-interface = "{HOST_IF}"
-xdp_mode = "generic"
-
-[[service]]
-name = "web"
-vip = "{VIP}"
-port = {HTTP_PORT}
-backends = [{list}]
-
-[[service]]
-name = "echo"
-vip = "{VIP}"
-port = {ECHO_PORT}
-backends = [{list}]
-"#
+    let backends: Vec<IpAddr> = which.iter().map(|&i| backend_addr(i).into()).collect();
+    let vip = IpAddr::from(VIP);
+    lb_testbed::lbd::config(
+        "generic",
+        &[
+            ("web", vip, HTTP_PORT, "tcp"),
+            ("echo", vip, ECHO_PORT, "tcp"),
+        ],
+        &backends,
     )
+}
+
+/// A topology with `backends` backends serving HTTP and echo, lbd on backends 1-3, and
+/// `HELD` open echo connections with the backend each one landed on.
+struct Setup {
+    topo: Topology,
+    _servers: Vec<Server>,
+    lbd: LbdProcess,
+    held: Vec<Held>,
+    on: Vec<String>,
+}
+
+fn setup(backends: usize) -> Setup {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions {
+        backends,
+        native_xdp: false,
+    });
+    let servers: Vec<Server> = topo
+        .backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            let name = format!("backend-{}", i + 1);
+            [
+                Server::http(ns, VIP, HTTP_PORT, &name),
+                Server::echo(ns, VIP, ECHO_PORT, &name),
+            ]
+        })
+        .collect();
+    let lbd = LbdProcess::start(&topo.lb, &config(&[0, 1, 2]));
+    let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), ECHO_PORT), HELD);
+    let on: Vec<String> = held
+        .iter_mut()
+        .enumerate()
+        .map(|(i, c)| c.ask(&format!("hello-{i}")).expect("first exchange"))
+        .collect();
+    Setup {
+        topo,
+        _servers: servers,
+        lbd,
+        held,
+        on,
+    }
 }
 
 /// Every held connection still answers, from the backend it started on.
@@ -53,31 +83,13 @@ fn assert_all_held_intact(held: &mut [Held], on: &[String], round: &str) {
 
 #[test]
 fn backend_changes_and_bad_reloads_never_move_established_flows() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
-    let topo = Topology::build(&TopologyOptions {
-        backends: 4,
-        native_xdp: false,
-    });
-    let _servers: Vec<Server> = topo
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ns)| {
-            let name = format!("backend-{}", i + 1);
-            [
-                Server::http(ns, VIP, HTTP_PORT, &name),
-                Server::echo(ns, VIP, ECHO_PORT, &name),
-            ]
-        })
-        .collect();
-    let mut lbd = LbdProcess::start(&topo.lb, &config(&[0, 1, 2]));
-
-    let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), ECHO_PORT), HELD);
-    let on: Vec<String> = held
-        .iter_mut()
-        .enumerate()
-        .map(|(i, c)| c.ask(&format!("hello-{i}")).expect("first exchange"))
-        .collect();
+    let Setup {
+        topo,
+        _servers,
+        mut lbd,
+        mut held,
+        on,
+    } = setup(4);
     assert!(
         on.iter().all(|b| b != "backend-4"),
         "backend-4 is not configured yet: {on:?}"
@@ -123,30 +135,13 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
 
 #[test]
 fn restarting_lbd_under_traffic_breaks_no_connection() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
-    let topo = Topology::build(&TopologyOptions {
-        backends: 3,
-        native_xdp: false,
-    });
-    let _servers: Vec<Server> = topo
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ns)| {
-            let name = format!("backend-{}", i + 1);
-            [
-                Server::http(ns, VIP, HTTP_PORT, &name),
-                Server::echo(ns, VIP, ECHO_PORT, &name),
-            ]
-        })
-        .collect();
-    let mut lbd = LbdProcess::start(&topo.lb, &config(&[0, 1, 2]));
-    let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), ECHO_PORT), HELD);
-    let on: Vec<String> = held
-        .iter_mut()
-        .enumerate()
-        .map(|(i, c)| c.ask(&format!("hello-{i}")).expect("first exchange"))
-        .collect();
+    let Setup {
+        topo,
+        _servers,
+        mut lbd,
+        mut held,
+        on,
+    } = setup(3);
 
     // New connections keep arriving while lbd stops and a new one takes over.
     let (during, code) = std::thread::scope(|s| {

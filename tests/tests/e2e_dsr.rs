@@ -39,29 +39,14 @@ impl Family {
 
 fn config(mode: &str, family: Family, backends: usize) -> String {
     let vip = family.vip();
-    let list: Vec<String> = (0..backends)
-        .map(|i| format!("{{ address = \"{}\" }}", family.backend(i)))
-        .collect();
-    let list = list.join(", ");
-    format!(
-        r#"
-[node]
-interface = "{HOST_IF}"
-xdp_mode = "{mode}"
-
-[[service]]
-name = "web"
-vip = "{vip}"
-port = {HTTP_PORT}
-backends = [{list}]
-
-[[service]]
-name = "dns"
-vip = "{vip}"
-port = {UDP_PORT}
-protocol = "udp"
-backends = [{list}]
-"#
+    let list: Vec<IpAddr> = (0..backends).map(|i| family.backend(i)).collect();
+    lb_testbed::lbd::config(
+        mode,
+        &[
+            ("web", vip, HTTP_PORT, "tcp"),
+            ("dns", vip, UDP_PORT, "udp"),
+        ],
+        &list,
     )
 }
 
