@@ -26,6 +26,11 @@ pub enum Counter {
     Tx,
     /// Redirected to another interface (`bpf_redirect`).
     Redirect,
+    /// An echo request to a VIP answered from XDP.
+    TxIcmpEchoReply,
+    /// An ICMP "fragmentation needed" / "packet too big" forwarded to the backend that
+    /// owns the flow it quotes.
+    TxIcmpError,
     /// Dropped: the service has no usable backend.
     DropNoBackend,
     /// Dropped: the FIB has no route to the backend.
@@ -36,7 +41,7 @@ pub enum Counter {
 
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 14;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -49,6 +54,8 @@ impl Counter {
         Counter::PassNoNeighbour,
         Counter::Tx,
         Counter::Redirect,
+        Counter::TxIcmpEchoReply,
+        Counter::TxIcmpError,
         Counter::DropNoBackend,
         Counter::DropNoRoute,
         Counter::DropMalformed,
@@ -66,6 +73,8 @@ impl Counter {
             Counter::PassNoNeighbour => "pass_no_neighbour",
             Counter::Tx => "tx",
             Counter::Redirect => "redirect",
+            Counter::TxIcmpEchoReply => "tx_icmp_echo_reply",
+            Counter::TxIcmpError => "tx_icmp_error",
             Counter::DropNoBackend => "drop_no_backend",
             Counter::DropNoRoute => "drop_no_route",
             Counter::DropMalformed => "drop_malformed",

@@ -20,5 +20,5 @@ pub mod maps;
 pub use counters::{BackendStats, Counter, TrafficStats, VipStats};
 pub use hash::flow_hash;
 pub use maps::{
-    Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, TableChunk, VipInfo, VipKey,
+    AddrKey, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, TableChunk, VipInfo, VipKey,
 };

@@ -21,6 +21,8 @@ pub mod names {
     pub const TABLE_CHUNKS: &str = "LB_TABLES_V2";
     /// Connection tracking: [`super::FlowKey`] → [`super::FlowEntry`].
     pub const CONNTRACK: &str = "LB_CONNTRACK_V2";
+    /// VIP addresses whose echo requests XDP answers: [`super::AddrKey`] → `u32` (0).
+    pub const ECHO_ADDRS: &str = "LB_ECHO_ADDRS_V1";
     /// Node-wide settings: index 0 → [`super::GlobalConfig`].
     pub const CONFIG: &str = "LB_CONFIG_V2";
     /// Per-CPU global counters indexed by [`crate::Counter`].
@@ -107,6 +109,15 @@ pub struct VipKey {
     pub _pad2: u32,
 }
 const _: () = assert!(size_of::<VipKey>() == 24);
+
+/// A bare address as a map key (IPv4-mapped for IPv4).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AddrKey {
+    /// The address.
+    pub addr: [u8; 16],
+}
+const _: () = assert!(size_of::<AddrKey>() == 16);
 
 /// How packets for a service leave the node.
 #[repr(u32)]
@@ -235,6 +246,7 @@ mod pod {
     // SAFETY: each type is repr(C), Copy, and has no padding (size asserts above), so
     // every bit pattern is a valid value and no uninitialised bytes are read.
     unsafe impl aya::Pod for super::VipKey {}
+    unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::VipInfo {}
     unsafe impl aya::Pod for super::TableChunk {}
     unsafe impl aya::Pod for super::Backend {}

@@ -6,7 +6,33 @@ use lb_common::{
     maps::{MAX_BACKENDS_PER_SERVICE, TABLE_CHUNK_SLOTS},
 };
 
-use crate::maps::{BACKENDS, CONFIG, CONNTRACK, SERVICE_BACKENDS, TABLE_CHUNKS_MAP, VIPS};
+use crate::maps::{
+    BACKENDS, CONFIG, CONNTRACK, ECHO_ADDRS, SERVICE_BACKENDS, TABLE_CHUNKS_MAP, VIPS,
+};
+
+/// Whether echo requests to `addr` are answered here.
+#[inline(always)]
+pub fn answers_echo(addr: &[u8; 16]) -> bool {
+    let key = lb_common::AddrKey { addr: *addr };
+    // SAFETY: the value is only tested for presence.
+    unsafe { ECHO_ADDRS.get(key) }.is_some()
+}
+
+/// The backend that owns an existing flow (for ICMP errors about it): conntrack, else
+/// what the table would choose; nothing is inserted.
+#[inline(always)]
+pub fn owner(vip: &VipInfo, key: &FlowKey) -> Option<Choice> {
+    // SAFETY: as in `vip`.
+    let backend_id = match unsafe { CONNTRACK.get(key) } {
+        Some(entry) => entry.backend_id,
+        None => table_choice(vip, key)?,
+    };
+    BACKENDS.get(backend_id).map(|backend| Choice {
+        backend_id,
+        backend,
+        new_flow: false,
+    })
+}
 
 /// The service owning this flow's (destination, port, protocol), trying the exact port
 /// first and then an all-ports entry.

@@ -10,6 +10,7 @@
 #![no_main]
 
 mod forward;
+mod icmp;
 mod lookup;
 mod maps;
 mod parse;
@@ -17,6 +18,7 @@ mod stats;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{Counter, ForwardingMode};
+use parse::Kind;
 
 /// What happens to a packet and the counter that says why.
 #[derive(Clone, Copy)]
@@ -51,7 +53,10 @@ impl Verdict {
 
     /// Whether the packet leaves towards a backend.
     pub const fn forwarded(&self) -> bool {
-        matches!(self.reason, Counter::Tx | Counter::Redirect)
+        matches!(
+            self.reason,
+            Counter::Tx | Counter::Redirect | Counter::TxIcmpError
+        )
     }
 }
 
@@ -79,16 +84,31 @@ fn steer(ctx: &XdpContext) -> Verdict {
         Ok(pkt) => pkt,
         Err(verdict) => return verdict,
     };
+    if let Kind::Echo { l3, l4 } = pkt.kind {
+        return if lookup::answers_echo(&pkt.key.dst) {
+            icmp::echo_reply(ctx, &pkt, l3, l4)
+        } else {
+            Verdict::pass(Counter::PassNotVip)
+        };
+    }
     let Some(vip) = lookup::vip(&pkt.key) else {
         return Verdict::pass(Counter::PassNotVip);
     };
     if vip.mode == ForwardingMode::L7 as u32 {
         return Verdict::pass(Counter::PassL7);
     }
-    let Some(choice) = lookup::backend(vip, &pkt.key) else {
+    let choice = if pkt.kind == Kind::IcmpError {
+        lookup::owner(vip, &pkt.key)
+    } else {
+        lookup::backend(vip, &pkt.key)
+    };
+    let Some(choice) = choice else {
         return Verdict::drop(Counter::DropNoBackend);
     };
-    let verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
+    let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
+    if pkt.kind == Kind::IcmpError && verdict.forwarded() {
+        verdict.reason = Counter::TxIcmpError;
+    }
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);

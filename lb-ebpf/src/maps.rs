@@ -43,6 +43,11 @@ pub static FIB_SCRATCH: PerCpuArray<aya_ebpf::bindings::bpf_fib_lookup> =
 pub static NEXT_HOPS: PerCpuArray<crate::forward::NextHop> =
     PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
 
+/// VIP addresses whose echo requests are answered here.
+#[map(name = "LB_ECHO_ADDRS_V1")]
+pub static ECHO_ADDRS: HashMap<lb_common::AddrKey, u32> =
+    HashMap::with_max_entries(MAX_SERVICES, 0);
+
 /// Node-wide settings at index 0.
 #[map(name = "LB_CONFIG_V2")]
 pub static CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);

@@ -68,8 +68,8 @@ pub struct L4Ports {
 
 const ETH_LEN: usize = size_of::<EthHdr>();
 const VLAN_LEN: usize = size_of::<VlanTag>();
-const IPV4_LEN: usize = size_of::<Ipv4Hdr>();
-const IPV6_LEN: usize = size_of::<Ipv6Hdr>();
+pub const IPV4_LEN: usize = size_of::<Ipv4Hdr>();
+pub const IPV6_LEN: usize = size_of::<Ipv6Hdr>();
 const ETH_P_IPV4: [u8; 2] = 0x0800u16.to_be_bytes();
 const ETH_P_IPV6: [u8; 2] = 0x86ddu16.to_be_bytes();
 const ETH_P_8021Q: [u8; 2] = 0x8100u16.to_be_bytes();
@@ -98,6 +98,21 @@ pub struct Packet {
     /// Length of the IP packet (IPv4 total length; IPv6 payload + 40), for the FIB's
     /// MTU check.
     pub ip_len: u16,
+    /// What the packet is.
+    pub kind: Kind,
+}
+
+/// What a parsed packet is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// TCP or UDP; `key` is its 5-tuple.
+    Flow,
+    /// An ICMP "fragmentation needed" / ICMPv6 "packet too big" about a packet a
+    /// backend sent from a VIP; `key` is the client → VIP flow it is about.
+    IcmpError,
+    /// An ICMP/ICMPv6 echo request; `key.dst` is its destination, `l3`/`l4` locate the
+    /// IP and ICMP headers for the reply.
+    Echo { l3: usize, l4: usize },
 }
 
 /// Minimum L4 header length for the protocols we balance, or `None` for the rest.
@@ -158,8 +173,15 @@ fn ipv4(
     if u16::from_be_bytes(ip.frag) & IPV4_FRAG_MASK != 0 {
         return Err(Verdict::pass(Counter::PassFragment));
     }
-    let l4_min = l4_min_len(ip.proto).ok_or(Verdict::pass(Counter::PassNotVip))?;
     let tot_len = u16::from_be_bytes(ip.tot_len);
+    if ip.proto == proto::ICMP {
+        if tot_len < (IPV4_LEN + crate::icmp::ICMP_LEN) as u16 || l3 + tot_len as usize > frame_len
+        {
+            return Err(malformed);
+        }
+        return crate::icmp::v4(ctx, eth, l3, ip, tot_len);
+    }
+    let l4_min = l4_min_len(ip.proto).ok_or(Verdict::pass(Counter::PassNotVip))?;
     if tot_len < IPV4_LEN as u16 + l4_min || l3 + tot_len as usize > frame_len {
         return Err(malformed);
     }
@@ -177,6 +199,7 @@ fn ipv4(
         },
         ipv6: false,
         ip_len: tot_len,
+        kind: Kind::Flow,
     })
 }
 
@@ -194,6 +217,15 @@ fn ipv6(
     if ip.vtc_flow[0] >> 4 != 6 {
         return Err(malformed);
     }
+    let payload_len = u16::from_be_bytes(ip.payload_len);
+    if ip.next_hdr == proto::ICMPV6 {
+        if payload_len < crate::icmp::ICMP_LEN as u16
+            || l3 + IPV6_LEN + payload_len as usize > frame_len
+        {
+            return Err(malformed);
+        }
+        return crate::icmp::v6(ctx, eth, l3, ip, payload_len);
+    }
     let l4_min = match l4_min_len(ip.next_hdr) {
         Some(len) => len,
         None if is_extension_header(ip.next_hdr) => {
@@ -201,7 +233,6 @@ fn ipv6(
         }
         None => return Err(Verdict::pass(Counter::PassNotVip)),
     };
-    let payload_len = u16::from_be_bytes(ip.payload_len);
     if payload_len < l4_min || l3 + IPV6_LEN + payload_len as usize > frame_len {
         return Err(malformed);
     }
@@ -219,11 +250,12 @@ fn ipv6(
         },
         ipv6: true,
         ip_len: payload_len.saturating_add(IPV6_LEN as u16),
+        kind: Kind::Flow,
     })
 }
 
 #[inline(always)]
-fn l4_ports(ctx: &XdpContext, offset: usize) -> Result<&L4Ports, Verdict> {
+pub fn l4_ports(ctx: &XdpContext, offset: usize) -> Result<&L4Ports, Verdict> {
     let ports: *const L4Ports = ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
     Ok(unsafe { &*ports })

@@ -299,7 +299,7 @@ fn traffic_that_is_not_ours_passes_untouched() {
             ),
             (
                 "icmp",
-                Packet::ipv4_with(eth(), CLIENT, VIP, 1, vec![8, 0, 0, 0, 0, 1, 0, 1], 2, &[])
+                Packet::ipv4_with(eth(), CLIENT, VIP, 1, vec![13, 0, 0, 0, 0, 1, 0, 1], 2, &[])
                     .bytes,
                 Counter::PassNotVip,
             ),
@@ -320,7 +320,7 @@ fn traffic_that_is_not_ours_passes_untouched() {
                     CLIENT6,
                     VIP6,
                     58,
-                    &mut [128, 0, 0, 0, 0, 1, 0, 1],
+                    &mut [135, 0, 0, 0, 0, 1, 0, 1],
                     2,
                 )
                 .bytes,
@@ -498,4 +498,146 @@ fn arp_request() -> Vec<u8> {
     p.bytes.extend_from_slice(&[0; 6]);
     p.bytes.extend_from_slice(&VIP.octets());
     p.bytes
+}
+
+/// ICMP echo request/reply bodies: type, code, checksum, id, sequence, payload.
+fn echo_body(kind: u8) -> Vec<u8> {
+    vec![kind, 0, 0, 0, 0x12, 0x34, 0, 1, b'p', b'i', b'n', b'g']
+}
+
+/// The ICMPv6 checksum over the pseudo header and `body` (zero when valid).
+fn icmp6_sum(src: Ipv6Addr, dst: Ipv6Addr, body: &[u8]) -> u16 {
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&src.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    lb_testbed::packet::checksum(&[&pseudo, body])
+}
+
+#[test]
+fn echo_requests_to_a_vip_are_answered() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        rig.program(svc(80, TCP, &three(backend)));
+        rig.program(svc_at(IpAddr::V6(VIP6), 80, TCP, &three(backend6)));
+
+        let req = Packet::ipv4_with(eth(), CLIENT, VIP, 1, echo_body(8), 2, &[]);
+        let out = run_expect(&mut rig, &req.bytes, action::TX, Counter::TxIcmpEchoReply);
+        let want = Packet::ipv4_with(
+            Packet::eth(CLIENT_MAC, HOST_MAC, 0x0800),
+            VIP,
+            CLIENT,
+            1,
+            echo_body(0),
+            2,
+            &[],
+        );
+        assert_eq!(out.bytes, want.bytes, "the reply, checksums and all");
+
+        let req = Packet::ipv6_with(eth6(), CLIENT6, VIP6, 58, &mut echo_body(128), 2);
+        let out = run_expect(&mut rig, &req.bytes, action::TX, Counter::TxIcmpEchoReply);
+        let want = Packet::ipv6_with(
+            Packet::eth(CLIENT_MAC, HOST_MAC, 0x86dd),
+            VIP6,
+            CLIENT6,
+            58,
+            &mut echo_body(129),
+            2,
+        );
+        assert_eq!(out.bytes, want.bytes);
+        assert_eq!(
+            icmp6_sum(VIP6, CLIENT6, &out.bytes[54..]),
+            0,
+            "ICMPv6 checksum valid"
+        );
+
+        // Not a VIP, or not an echo request: untouched.
+        for bytes in [
+            Packet::ipv4_with(
+                eth(),
+                CLIENT,
+                Ipv4Addr::new(198, 18, 0, 2),
+                1,
+                echo_body(8),
+                2,
+                &[],
+            )
+            .bytes,
+            Packet::ipv4_with(eth(), CLIENT, VIP, 1, echo_body(0), 2, &[]).bytes,
+            Packet::ipv6_with(eth6(), CLIENT6, CLIENT6, 58, &mut echo_body(128), 2).bytes,
+            Packet::ipv4_with(eth(), CLIENT, VIP, 1, vec![3, 3, 0, 0, 0, 0, 0, 0], 2, &[]).bytes,
+        ] {
+            let out = run_expect(&mut rig, &bytes, action::PASS, Counter::PassNotVip);
+            assert_eq!(out.bytes, bytes);
+        }
+    });
+}
+
+/// An ICMP "fragmentation needed" from a router, quoting the first bytes of a reply
+/// the backend sent from the VIP to the client.
+fn frag_needed(sport: u16) -> Packet {
+    let quoted = Packet::tcp4(
+        Packet::eth([0; 6], [0; 6], 0x0800),
+        VIP,
+        80,
+        CLIENT,
+        sport,
+        b"",
+    );
+    let mut body = vec![3, 4, 0, 0, 0, 0, 0x05, 0xdc]; // next-hop MTU 1500
+    body.extend_from_slice(&quoted.bytes[14..14 + 28]);
+    Packet::ipv4_with(eth(), Ipv4Addr::new(198, 18, 0, 254), VIP, 1, body, 2, &[])
+}
+
+#[test]
+fn icmp_errors_go_to_the_backend_that_owns_the_flow() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        rig.program(svc(80, TCP, &three(backend)));
+        // Pin a flow, then move every new flow elsewhere: the error must follow the
+        // flow's owner, not the new table.
+        let syn = Packet::tcp4(eth(), CLIENT, 5555, VIP, 80, b"");
+        let out = run_expect(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+        let owner_mac: [u8; 6] = out.bytes[..6].try_into().expect("mac");
+        rig.program(svc(80, TCP, &[backend(3).0]));
+        let err = frag_needed(5555);
+        let out = run_expect(&mut rig, &err.bytes, action::TX, Counter::TxIcmpError);
+        assert_eq!(&out.bytes[..6], &owner_mac, "to the flow's owner");
+        assert_eq!(
+            &out.bytes[12..],
+            &err.bytes[12..],
+            "the error itself is untouched"
+        );
+        // An unknown flow's error goes where the table sends that flow.
+        let err = frag_needed(6666);
+        let out = run_expect(&mut rig, &err.bytes, action::TX, Counter::TxIcmpError);
+        assert_forwarded_to(&out, &err.bytes, backend(3).0);
+
+        // IPv6 "packet too big".
+        rig.program(svc_at(IpAddr::V6(VIP6), 80, TCP, &three(backend6)));
+        let quoted = Packet::tcp6(eth6(), VIP6, 80, CLIENT6, 7777, b"");
+        let mut body = vec![2, 0, 0, 0, 0, 0, 0x05, 0x00];
+        body.extend_from_slice(&quoted.bytes[14..14 + 48]);
+        let ptb = Packet::ipv6_with(
+            eth6(),
+            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0xfe),
+            VIP6,
+            58,
+            &mut body,
+            2,
+        );
+        let out = run_expect(&mut rig, &ptb.bytes, action::TX, Counter::TxIcmpError);
+        let key = flow(IpAddr::V6(CLIENT6), 7777, IpAddr::V6(VIP6), 80, TCP);
+        let vip = vip_key(IpAddr::V6(VIP6), 80, TCP);
+        assert_forwarded_to(&out, &ptb.bytes, rig.expected_backend(&vip, &key));
+
+        // An error about a flow to no VIP passes.
+        let mut other = frag_needed(5555);
+        other.bytes[14 + 20 + 8 + 12..14 + 20 + 8 + 16].copy_from_slice(&[198, 18, 0, 2]);
+        let out = run_expect(&mut rig, &other.bytes, action::PASS, Counter::PassNotVip);
+        assert_eq!(out.bytes, other.bytes);
+    });
 }

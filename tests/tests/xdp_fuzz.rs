@@ -52,8 +52,76 @@ impl Rng {
     }
 }
 
-/// A plausible packet: to a VIP or not, IPv4 or IPv6, TCP or UDP, maybe VLAN-tagged.
+/// A plausible ICMP packet: an echo request, or an error quoting a reply from a VIP
+/// (or from another address), over IPv4 or IPv6.
+fn plausible_icmp(rng: &mut Rng) -> Packet {
+    let v6 = rng.below(2) == 0;
+    let to_vip = rng.below(2) == 0;
+    let echo = rng.below(2) == 0;
+    let sport = rng.below(65536) as u16;
+    if v6 {
+        let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
+        let vip = if to_vip { VIP6 } else { CLIENT6 };
+        if echo {
+            return Packet::ipv6_with(
+                eth,
+                CLIENT6,
+                vip,
+                58,
+                &mut [128, 0, 0, 0, 0, 7, 0, 1, 1, 2],
+                2,
+            );
+        }
+        let quoted = Packet::tcp6(
+            Packet::eth([0; 6], [0; 6], 0x86dd),
+            vip,
+            443,
+            CLIENT6,
+            sport,
+            b"",
+        );
+        let mut body = vec![2, 0, 0, 0, 0, 0, 5, 0];
+        body.extend_from_slice(&quoted.bytes[14..14 + 48]);
+        Packet::ipv6_with(eth, CLIENT6, vip, 58, &mut body, 2)
+    } else {
+        let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+        let vip = if to_vip { VIP } else { CLIENT };
+        if echo {
+            return Packet::ipv4_with(
+                eth,
+                CLIENT,
+                vip,
+                1,
+                vec![8, 0, 0, 0, 0, 7, 0, 1, 1, 2],
+                2,
+                &[],
+            );
+        }
+        let quoted = Packet::tcp4(
+            Packet::eth([0; 6], [0; 6], 0x0800),
+            vip,
+            80,
+            CLIENT,
+            sport,
+            b"",
+        );
+        let mut body = vec![3, 4, 0, 0, 0, 0, 5, 0xdc];
+        body.extend_from_slice(&quoted.bytes[14..14 + 28]);
+        Packet::ipv4_with(eth, Ipv4Addr::new(198, 18, 0, 254), vip, 1, body, 2, &[])
+    }
+}
+
+/// A plausible packet: to a VIP or not, IPv4 or IPv6, TCP, UDP or ICMP, maybe
+/// VLAN-tagged.
 fn plausible(rng: &mut Rng) -> Vec<u8> {
+    if rng.below(5) == 0 {
+        let p = plausible_icmp(rng);
+        return if rng.below(4) == 0 {
+            p.with_vlan(rng.below(4096) as u16).bytes
+        } else {
+            p.bytes
+        };
+    }
     let sport = rng.below(65536) as u16;
     let ports = [80u16, 53, 443, 22, rng.below(65536) as u16];
     let dport = ports[rng.below(ports.len() as u64) as usize];
@@ -117,10 +185,67 @@ fn mutate(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
     }
 }
 
-/// The policy, independently: `Some(true)` for TCP/UDP to a configured VIP that must be
-/// forwarded; `Some(false)` for traffic that must pass untouched; `None` for frames the
-/// program may drop as malformed.
-fn classify(b: &[u8]) -> Option<bool> {
+/// What the policy says must happen to a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    /// TCP/UDP to a configured VIP, or an ICMP error about such a flow: forwarded,
+    /// untouched above layer 2.
+    Forward,
+    /// An echo request to a VIP address: answered in place.
+    Echo,
+    /// Everything else that is well formed: passed untouched.
+    Pass,
+}
+
+fn is_vip(dst: IpAddr, port: u16, proto: u8) -> bool {
+    vips()
+        .iter()
+        .any(|&(a, p, pr)| a == dst && pr == proto && (p == port || p == 0))
+}
+
+/// ICMP after a well-formed outer header: echo to a VIP address, or an error quoting a
+/// VIP flow (the quote is backend → client, so the VIP is its source).
+fn classify_icmp(b: &[u8], l4: usize, dst: IpAddr, v6: bool) -> Fate {
+    let (kind, code) = (b[l4], b[l4 + 1]);
+    let (echo, error) = if v6 { (128, 2) } else { (8, 3) };
+    if kind == echo && code == 0 {
+        return if vips().iter().any(|&(a, _, _)| a == dst) {
+            Fate::Echo
+        } else {
+            Fate::Pass
+        };
+    }
+    if kind != error || (!v6 && code != 4) {
+        return Fate::Pass;
+    }
+    let inner = l4 + 8;
+    let quoted = if v6 {
+        b.get(inner..inner + 44)
+            .filter(|q| q[0] >> 4 == 6)
+            .map(|q| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&q[8..24]);
+                (IpAddr::from(a), q[6], u16::from_be_bytes([q[40], q[41]]))
+            })
+    } else {
+        b.get(inner..inner + 24).filter(|q| q[0] == 0x45).map(|q| {
+            (
+                IpAddr::from([q[12], q[13], q[14], q[15]]),
+                q[9],
+                u16::from_be_bytes([q[20], q[21]]),
+            )
+        })
+    };
+    match quoted {
+        Some((vip, proto, port)) if matches!(proto, 6 | 17) && is_vip(vip, port, proto) => {
+            Fate::Forward
+        }
+        _ => Fate::Pass,
+    }
+}
+
+/// The policy, independently; `None` for frames the program may drop as malformed.
+fn classify(b: &[u8]) -> Option<Fate> {
     let mut et = u16::from_be_bytes([b[12], b[13]]);
     let mut l3 = 14;
     if et == 0x8100 {
@@ -138,18 +263,24 @@ fn classify(b: &[u8]) -> Option<bool> {
                 return None;
             }
             if ihl != 5 || u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
-                return Some(false);
+                return Some(Fate::Pass);
+            }
+            let tot = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            let dst = IpAddr::from([ip[16], ip[17], ip[18], ip[19]]);
+            if ip[9] == 1 {
+                if tot < 28 || l3 + tot > b.len() {
+                    return None;
+                }
+                return Some(classify_icmp(b, l3 + 20, dst, false));
             }
             let min = match ip[9] {
                 6 => 20,
                 17 => 8,
-                _ => return Some(false),
+                _ => return Some(Fate::Pass),
             };
-            let tot = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
             if tot < 20 + min || l3 + tot > b.len() {
                 return None;
             }
-            let dst = IpAddr::from([ip[16], ip[17], ip[18], ip[19]]);
             (dst, ip[9], l3 + 20, l3 + tot)
         }
         0x86dd => {
@@ -157,28 +288,69 @@ fn classify(b: &[u8]) -> Option<bool> {
             if ip[0] >> 4 != 6 {
                 return None;
             }
+            let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&ip[24..40]);
+            let dst = IpAddr::from(a);
+            if ip[6] == 58 {
+                if plen < 8 || l3 + 40 + plen > b.len() {
+                    return None;
+                }
+                return Some(classify_icmp(b, l3 + 40, dst, true));
+            }
             let min = match ip[6] {
                 6 => 20,
                 17 => 8,
-                _ => return Some(false),
+                _ => return Some(Fate::Pass),
             };
-            let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
             if plen < min || l3 + 40 + plen > b.len() {
                 return None;
             }
-            let mut a = [0u8; 16];
-            a.copy_from_slice(&ip[24..40]);
-            (IpAddr::from(a), ip[6], l3 + 40, l3 + 40 + plen)
+            (dst, ip[6], l3 + 40, l3 + 40 + plen)
         }
-        _ => return Some(false),
+        _ => return Some(Fate::Pass),
     };
     let _ = ip_end;
     let ports = b.get(l4..l4 + 4)?;
     let dport = u16::from_be_bytes([ports[2], ports[3]]);
-    let is_vip = vips()
-        .iter()
-        .any(|&(a, p, pr)| a == dst && pr == proto && (p == dport || p == 0));
-    Some(is_vip)
+    Some(if is_vip(dst, dport, proto) {
+        Fate::Forward
+    } else {
+        Fate::Pass
+    })
+}
+
+/// Checks an echo reply made in place from `input`: MACs and addresses swapped, the
+/// type changed, nothing else but the ICMP checksum touched.
+fn assert_echo_reply(input: &[u8], out: &[u8], ctx: &dyn Fn() -> String) {
+    assert_eq!(out.len(), input.len(), "{}", ctx());
+    assert_eq!(&out[..6], &input[6..12], "{}", ctx());
+    assert_eq!(&out[6..12], &input[..6], "{}", ctx());
+    let l3 = if input[12..14] == [0x81, 0x00] {
+        18
+    } else {
+        14
+    };
+    let v6 = input[l3] >> 4 == 6;
+    let (src, dst, l4, reply) = if v6 {
+        (l3 + 8, l3 + 24, l3 + 40, 129)
+    } else {
+        (l3 + 12, l3 + 16, l3 + 20, 0)
+    };
+    let n = if v6 { 16 } else { 4 };
+    assert_eq!(&out[src..src + n], &input[dst..dst + n], "{}", ctx());
+    assert_eq!(&out[dst..dst + n], &input[src..src + n], "{}", ctx());
+    assert_eq!(out[l4], reply, "{}", ctx());
+    let mut same_out = out.to_vec();
+    let mut same_in = input.to_vec();
+    for v in [&mut same_out, &mut same_in] {
+        v[..12].fill(0);
+        v[src..src + n].fill(0);
+        v[dst..dst + n].fill(0);
+        v[l4] = 0;
+        v[l4 + 2..l4 + 4].fill(0);
+    }
+    assert_eq!(same_out, same_in, "only the reply fields change: {}", ctx());
 }
 
 fn backend_macs() -> Vec<[u8; 6]> {
@@ -207,7 +379,7 @@ fn a_million_random_and_mutated_packets() {
         }
         let macs = backend_macs();
         let mut rng = Rng(0x1b_5eed);
-        let (mut forwarded, mut passed, mut dropped) = (0u64, 0u64, 0u64);
+        let (mut forwarded, mut passed, mut dropped, mut echoed) = (0u64, 0u64, 0u64, 0u64);
         for n in 0..PACKETS {
             let base = plausible(&mut rng);
             let input = mutate(&mut rng, base);
@@ -215,11 +387,15 @@ fn a_million_random_and_mutated_packets() {
             let expect = classify(&input);
             let ctx = || format!("packet {n}: {input:02x?} -> action {}", out.action);
             match out.action {
+                action::TX if expect == Some(Fate::Echo) => {
+                    echoed += 1;
+                    assert_echo_reply(&input, &out.bytes, &ctx);
+                }
                 action::TX => {
                     forwarded += 1;
                     assert_eq!(
                         expect,
-                        Some(true),
+                        Some(Fate::Forward),
                         "forwarded a packet not for a VIP: {}",
                         ctx()
                     );
@@ -236,10 +412,10 @@ fn a_million_random_and_mutated_packets() {
                 }
                 action::PASS => {
                     passed += 1;
-                    assert_ne!(
+                    assert_eq!(
                         expect,
-                        Some(true),
-                        "a VIP packet was not forwarded: {}",
+                        Some(Fate::Pass),
+                        "a packet for a VIP was passed: {}",
                         ctx()
                     );
                     assert_eq!(out.bytes, input, "a passed packet was modified: {}", ctx());
@@ -251,9 +427,12 @@ fn a_million_random_and_mutated_packets() {
                 other => panic!("unexpected action {other}: {}", ctx()),
             }
         }
-        eprintln!("{forwarded} forwarded, {passed} passed, {dropped} dropped");
+        eprintln!(
+            "{forwarded} forwarded, {passed} passed, {dropped} dropped, {echoed} echo replies"
+        );
         // The generator must exercise every outcome, or the test proves little.
         for (what, n) in [
+            ("answered", echoed),
             ("forwarded", forwarded),
             ("passed", passed),
             ("dropped", dropped),

@@ -35,6 +35,14 @@ pub struct NodeConfig {
     /// An empty string disables pinning: the data plane then lives only as long as lbd.
     #[serde(default = "default_pin_path")]
     pub pin_path: String,
+    /// Answer pings to `dsr` VIP addresses from XDP (default true; the node does not
+    /// hold those addresses, so otherwise nobody answers).
+    #[serde(default = "default_true")]
+    pub answer_ping: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_pin_path() -> String {

@@ -13,8 +13,8 @@ use aya::{
     },
 };
 use lb_common::{
-    Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo, VipKey,
-    maps::names,
+    AddrKey, Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo,
+    VipKey, maps::names,
 };
 
 use super::{DataplaneError, MapOps, MapRead};
@@ -25,7 +25,8 @@ pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 9] = [
+pub const PINNED_MAPS: [&str; 10] = [
+    names::ECHO_ADDRS,
     names::VIPS,
     names::BACKENDS,
     names::SERVICE_BACKENDS,
@@ -77,6 +78,7 @@ pub struct KernelDataplane {
     counters: PerCpuArray<MapData, u64>,
     vip_stats: PerCpuArray<MapData, TrafficStats>,
     backend_stats: PerCpuArray<MapData, TrafficStats>,
+    echo: HashMap<MapData, AddrKey, u32>,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, DataplaneError>
@@ -148,6 +150,7 @@ impl KernelDataplane {
             counters: take(&mut ebpf, names::COUNTERS)?,
             vip_stats: take(&mut ebpf, names::VIP_STATS)?,
             backend_stats: take(&mut ebpf, names::BACKEND_STATS)?,
+            echo: take(&mut ebpf, names::ECHO_ADDRS)?,
             ebpf,
             link: Attachment::None,
         })
@@ -430,6 +433,19 @@ impl MapOps for KernelDataplane {
             .map_err(map_error("read", names::COUNTERS))?;
         Ok(per_cpu.iter().sum())
     }
+
+    fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        self.echo
+            .insert(AddrKey { addr }, 0, 0)
+            .map_err(map_error("insert", names::ECHO_ADDRS))
+    }
+
+    fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        match self.echo.remove(&AddrKey { addr }) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(map_error("remove", names::ECHO_ADDRS)(source)),
+        }
+    }
 }
 
 impl MapRead for KernelDataplane {
@@ -456,5 +472,13 @@ impl MapRead for KernelDataplane {
         self.chunks
             .get(&index, 0)
             .map_err(map_error("get", names::TABLE_CHUNKS))
+    }
+
+    fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError> {
+        self.echo
+            .keys()
+            .map(|k| k.map(|k| k.addr))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_error("iterate", names::ECHO_ADDRS))
     }
 }

@@ -22,6 +22,8 @@ pub struct MemoryDataplane {
     pub lists: HashMap<u32, u32>,
     /// Table chunks that were written.
     pub chunks: HashMap<u32, TableChunk>,
+    /// Addresses whose echo requests are answered.
+    pub echo: std::collections::BTreeSet<[u8; 16]>,
     /// Operation names in call order.
     pub log: Vec<&'static str>,
 }
@@ -80,6 +82,18 @@ impl MapOps for MemoryDataplane {
     fn counter(&self, _counter: Counter) -> Result<u64, DataplaneError> {
         Ok(0)
     }
+
+    fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        self.echo.insert(addr);
+        self.log.push("put_echo_addr");
+        Ok(())
+    }
+
+    fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        self.echo.remove(&addr);
+        self.log.push("delete_echo_addr");
+        Ok(())
+    }
 }
 
 impl MapRead for MemoryDataplane {
@@ -97,5 +111,9 @@ impl MapRead for MemoryDataplane {
 
     fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError> {
         Ok(self.chunks.get(&index).copied().unwrap_or_default())
+    }
+
+    fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError> {
+        Ok(self.echo.iter().copied().collect())
     }
 }

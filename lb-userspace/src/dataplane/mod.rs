@@ -85,6 +85,10 @@ pub trait MapOps {
     fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError>;
     /// A global counter summed over CPUs.
     fn counter(&self, counter: Counter) -> Result<u64, DataplaneError>;
+    /// Answers echo requests to `addr` (16-byte form) from XDP.
+    fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError>;
+    /// Stops answering echo requests to `addr`.
+    fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError>;
 }
 
 /// Reading back what is programmed, to adopt the state a previous agent left in pinned
@@ -98,6 +102,8 @@ pub trait MapRead {
     fn list_entry(&self, index: u32) -> Result<u32, DataplaneError>;
     /// One chunk of the table pool.
     fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError>;
+    /// Addresses whose echo requests are answered.
+    fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError>;
 }
 
 /// The address a 16-byte data-plane address stands for.

@@ -6,7 +6,11 @@
 //! nothing. Backend ids are stable for a (service, address) pair, so conntrack entries
 //! keep pointing at the same backend across every change.
 
-use std::{collections::HashMap, net::IpAddr, time::Instant};
+use std::{
+    collections::{BTreeSet, HashMap},
+    net::IpAddr,
+    time::Instant,
+};
 
 use lb_common::{
     Backend, TableChunk, VipInfo, VipKey,
@@ -56,6 +60,9 @@ pub struct Programmer {
     backend_id_pool: IdPool,
     lists: RegionPool,
     tables: RegionPool,
+    /// VIP addresses whose echo requests XDP answers.
+    echo: BTreeSet<[u8; 16]>,
+    answer_ping: bool,
 }
 
 impl Default for Programmer {
@@ -67,11 +74,20 @@ impl Default for Programmer {
             backend_id_pool: IdPool::new(MAX_BACKENDS),
             lists: RegionPool::new(SERVICE_BACKEND_SLOTS, 1),
             tables: RegionPool::new(TABLE_CHUNKS * TABLE_CHUNK_SLOTS, TABLE_CHUNK_SLOTS),
+            echo: BTreeSet::new(),
+            answer_ping: true,
         }
     }
 }
 
 impl Programmer {
+    /// Whether echo requests to `dsr` VIP addresses are answered from XDP (default
+    /// yes: the node does not hold the VIPs, so nothing else would answer). L7 VIPs are
+    /// never answered here: the node's stack owns them.
+    pub fn set_answer_ping(&mut self, on: bool) {
+        self.answer_ping = on;
+    }
+
     /// The programmed state of a service.
     pub fn service(&self, key: &VipKey) -> Option<&Programmed> {
         self.services.get(key)
@@ -85,6 +101,7 @@ impl Programmer {
     /// # Errors
     /// A map read failed, or the maps are inconsistent (overlapping regions).
     pub fn adopt(&mut self, maps: &impl MapRead) -> Result<usize, DataplaneError> {
+        self.echo = maps.echo_addrs()?.into_iter().collect();
         let vips = maps.vips()?;
         for (key, info) in &vips {
             let name = format!("adopted service {}", info.service_id);
@@ -185,6 +202,22 @@ impl Programmer {
             }
             report.removed += 1;
         }
+        let want: BTreeSet<[u8; 16]> = if self.answer_ping {
+            specs
+                .iter()
+                .filter(|s| s.mode == lb_common::ForwardingMode::Dsr)
+                .map(|s| s.key.addr)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        for addr in want.difference(&self.echo) {
+            ops.put_echo_addr(*addr)?;
+        }
+        for addr in self.echo.difference(&want) {
+            ops.delete_echo_addr(*addr)?;
+        }
+        self.echo = want;
         Ok(report)
     }
 

@@ -55,10 +55,11 @@ fn vip_entry_is_written_after_its_list_and_table() {
         .iter()
         .rposition(|op| *op == "put_vip")
         .expect("vip written");
-    assert_eq!(
-        last_vip,
-        dp.log.len() - 1,
-        "the VIP entry is the last write: {:?}",
+    assert!(
+        dp.log[last_vip..]
+            .iter()
+            .all(|op| !matches!(*op, "put_backend" | "put_list_entry" | "put_table_chunk")),
+        "the VIP entry comes after its backends, list and table: {:?}",
         dp.log
     );
     let info = dp.vips[&spec(80, &[]).key];
@@ -229,4 +230,26 @@ fn a_new_programmer_adopts_the_previous_state() {
     assert_ne!(after.info.list_base, before.info.list_base);
     assert_eq!(after.table, before.table);
     assert_eq!(dp.vips.len(), 1);
+}
+
+#[test]
+fn echo_is_answered_for_dsr_vips_only() {
+    let t0 = Instant::now();
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let mut l7 = spec(443, &[v4(11)]);
+    l7.key = vip_key(IpAddr::V4(Ipv4Addr::new(198, 18, 100, 9)), 443, 6);
+    l7.mode = ForwardingMode::L7;
+    let specs = [spec(80, &[v4(11)]), spec(53, &[v4(11)]), l7.clone()];
+    p.apply(&mut dp, &specs, t0).expect("apply");
+    assert_eq!(dp.echo.len(), 1, "one dsr address, the l7 one excluded");
+    assert!(dp.echo.contains(&spec(80, &[]).key.addr));
+    p.apply(&mut dp, &[l7], t0).expect("apply");
+    assert!(
+        dp.echo.is_empty(),
+        "answering stops with the last dsr service"
+    );
+    p.set_answer_ping(false);
+    p.apply(&mut dp, &[spec(80, &[v4(11)])], t0).expect("apply");
+    assert!(dp.echo.is_empty(), "answer_ping = false");
 }

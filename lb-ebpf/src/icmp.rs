@@ -1,0 +1,209 @@
+//! ICMP and ICMPv6 for VIPs.
+//!
+//! - "Fragmentation needed" (ICMP 3/4) and "packet too big" (ICMPv6 2) are sent by a
+//!   router to the source of an oversized packet — in DSR that is a backend replying
+//!   from the VIP, so the error arrives here. It is forwarded to the backend that owns
+//!   the flow it quotes (conntrack, else the table), so path-MTU discovery works.
+//! - Echo requests to a VIP address are answered here when the agent lists the address
+//!   in the echo map (the node does not hold VIPs itself, so the stack would not).
+//! - Everything else ICMP passes to the stack untouched.
+
+use aya_ebpf::programs::XdpContext;
+use lb_common::{
+    Counter, FlowKey,
+    maps::{proto, v4_mapped},
+};
+
+use crate::{
+    Verdict,
+    parse::{EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, Packet, l4_ports, ptr_at},
+};
+
+/// ICMP header length (type, code, checksum, rest-of-header).
+pub const ICMP_LEN: usize = 8;
+const ICMP_DEST_UNREACH: u8 = 3;
+const ICMP_FRAG_NEEDED: u8 = 4;
+const ICMP_ECHO: u8 = 8;
+const ICMP_ECHO_REPLY: u8 = 0;
+const ICMPV6_PKT_TOOBIG: u8 = 2;
+const ICMPV6_ECHO: u8 = 128;
+const ICMPV6_ECHO_REPLY: u8 = 129;
+
+/// The first four bytes of an ICMP header.
+#[repr(C)]
+pub struct IcmpHdr {
+    pub kind: u8,
+    pub code: u8,
+    pub check: [u8; 2],
+}
+
+#[inline(always)]
+fn icmp_hdr(ctx: &XdpContext, offset: usize) -> Result<*mut IcmpHdr, Verdict> {
+    ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))
+}
+
+/// Classifies an IPv4 ICMP packet whose header is at `l3`.
+#[inline(always)]
+pub fn v4(
+    ctx: &XdpContext,
+    eth: *mut EthHdr,
+    l3: usize,
+    ip: &Ipv4Hdr,
+    tot_len: u16,
+) -> Result<Packet, Verdict> {
+    let l4 = l3 + IPV4_LEN;
+    // SAFETY: icmp_hdr bounds-checked the header.
+    let icmp = unsafe { &*icmp_hdr(ctx, l4)? };
+    let mut key = FlowKey {
+        dst: v4_mapped(ip.dst),
+        proto: proto::ICMP,
+        ..FlowKey::default()
+    };
+    if icmp.kind == ICMP_ECHO && icmp.code == 0 {
+        return Ok(Packet {
+            eth,
+            key,
+            ipv6: false,
+            ip_len: tot_len,
+            kind: Kind::Echo { l3, l4 },
+        });
+    }
+    if icmp.kind != ICMP_DEST_UNREACH || icmp.code != ICMP_FRAG_NEEDED {
+        return Err(Verdict::pass(Counter::PassNotVip));
+    }
+    // The quoted packet: an IPv4 header without options, then 8 bytes of TCP/UDP.
+    let inner_at = l4 + ICMP_LEN;
+    let inner: *const Ipv4Hdr = ptr_at(ctx, inner_at).ok_or(Verdict::pass(Counter::PassNotVip))?;
+    // SAFETY: ptr_at checked the bounds.
+    let inner = unsafe { &*inner };
+    if inner.version_ihl != 0x45 || !matches!(inner.proto, proto::TCP | proto::UDP) {
+        return Err(Verdict::pass(Counter::PassNotVip));
+    }
+    let ports =
+        l4_ports(ctx, inner_at + IPV4_LEN).map_err(|_| Verdict::pass(Counter::PassNotVip))?;
+    // The quoted packet went backend (from the VIP) → client; the flow is its reverse.
+    key = FlowKey {
+        src: v4_mapped(inner.dst),
+        dst: v4_mapped(inner.src),
+        src_port_be: u16::from_ne_bytes(ports.dst),
+        dst_port_be: u16::from_ne_bytes(ports.src),
+        proto: inner.proto,
+        _pad: 0,
+        _pad2: 0,
+    };
+    Ok(Packet {
+        eth,
+        key,
+        ipv6: false,
+        ip_len: tot_len,
+        kind: Kind::IcmpError,
+    })
+}
+
+/// Classifies an ICMPv6 packet whose IPv6 header is at `l3`.
+#[inline(always)]
+pub fn v6(
+    ctx: &XdpContext,
+    eth: *mut EthHdr,
+    l3: usize,
+    ip: &Ipv6Hdr,
+    payload_len: u16,
+) -> Result<Packet, Verdict> {
+    let l4 = l3 + IPV6_LEN;
+    // SAFETY: icmp_hdr bounds-checked the header.
+    let icmp = unsafe { &*icmp_hdr(ctx, l4)? };
+    let ip_len = payload_len.saturating_add(IPV6_LEN as u16);
+    if icmp.kind == ICMPV6_ECHO && icmp.code == 0 {
+        let key = FlowKey {
+            dst: ip.dst,
+            proto: proto::ICMPV6,
+            ..FlowKey::default()
+        };
+        return Ok(Packet {
+            eth,
+            key,
+            ipv6: true,
+            ip_len,
+            kind: Kind::Echo { l3, l4 },
+        });
+    }
+    if icmp.kind != ICMPV6_PKT_TOOBIG {
+        return Err(Verdict::pass(Counter::PassNotVip));
+    }
+    let inner_at = l4 + ICMP_LEN;
+    let inner: *const Ipv6Hdr = ptr_at(ctx, inner_at).ok_or(Verdict::pass(Counter::PassNotVip))?;
+    // SAFETY: ptr_at checked the bounds.
+    let inner = unsafe { &*inner };
+    if inner.vtc_flow[0] >> 4 != 6 || !matches!(inner.next_hdr, proto::TCP | proto::UDP) {
+        return Err(Verdict::pass(Counter::PassNotVip));
+    }
+    let ports =
+        l4_ports(ctx, inner_at + IPV6_LEN).map_err(|_| Verdict::pass(Counter::PassNotVip))?;
+    let key = FlowKey {
+        src: inner.dst,
+        dst: inner.src,
+        src_port_be: u16::from_ne_bytes(ports.dst),
+        dst_port_be: u16::from_ne_bytes(ports.src),
+        proto: inner.next_hdr,
+        _pad: 0,
+        _pad2: 0,
+    };
+    Ok(Packet {
+        eth,
+        key,
+        ipv6: true,
+        ip_len,
+        kind: Kind::IcmpError,
+    })
+}
+
+/// RFC 1624 incremental update of a checksum (host order) when one 16-bit word of the
+/// covered data changes from `old` to `new`.
+#[inline(always)]
+pub fn csum_replace(check: u16, old: u16, new: u16) -> u16 {
+    let mut sum = u32::from(!check) + u32::from(!old) + u32::from(new);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
+
+/// Turns an echo request into the reply in place and sends it back out: addresses and
+/// MACs swapped (checksums are sums, so swapping changes nothing), type set to reply
+/// with the checksum updated incrementally.
+#[inline(always)]
+pub fn echo_reply(ctx: &XdpContext, pkt: &Packet, l3: usize, l4: usize) -> Verdict {
+    let malformed = Verdict::drop(Counter::DropMalformed);
+    let Ok(icmp) = icmp_hdr(ctx, l4) else {
+        return malformed;
+    };
+    // SAFETY: every pointer below was bounds-checked by ptr_at/icmp_hdr; the packet is
+    // not resized.
+    unsafe {
+        let (request, reply) = if pkt.ipv6 {
+            let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else {
+                return malformed;
+            };
+            core::mem::swap(&mut (*ip).src, &mut (*ip).dst);
+            (ICMPV6_ECHO, ICMPV6_ECHO_REPLY)
+        } else {
+            let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, l3) else {
+                return malformed;
+            };
+            core::mem::swap(&mut (*ip).src, &mut (*ip).dst);
+            (ICMP_ECHO, ICMP_ECHO_REPLY)
+        };
+        (*icmp).kind = reply;
+        let check = csum_replace(
+            u16::from_be_bytes((*icmp).check),
+            u16::from_be_bytes([request, 0]),
+            u16::from_be_bytes([reply, 0]),
+        );
+        (*icmp).check = check.to_be_bytes();
+        let eth = pkt.eth;
+        core::mem::swap(&mut (*eth).src, &mut (*eth).dst);
+    }
+    Verdict::forward(
+        aya_ebpf::bindings::xdp_action::XDP_TX,
+        Counter::TxIcmpEchoReply,
+    )
+}
