@@ -31,6 +31,14 @@ pub enum Counter {
     /// An ICMP "fragmentation needed" / "packet too big" forwarded to the backend that
     /// owns the flow it quotes.
     TxIcmpError,
+    /// A reply of a `nat` flow translated back and sent towards the client.
+    TxNatReply,
+    /// Dropped: no free NAT source port for a new `nat` flow.
+    DropNatPortsExhausted,
+    /// Passed: addressed to the NAT address but no NAT entry (not a reply we made).
+    PassNatUnknown,
+    /// Dropped: a `nat` packet, but the `lb_nat` program is not installed.
+    DropNatUnavailable,
     /// Dropped: the service has no usable backend.
     DropNoBackend,
     /// Dropped: the FIB has no route to the backend.
@@ -41,7 +49,7 @@ pub enum Counter {
 
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 18;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -56,6 +64,10 @@ impl Counter {
         Counter::Redirect,
         Counter::TxIcmpEchoReply,
         Counter::TxIcmpError,
+        Counter::TxNatReply,
+        Counter::DropNatPortsExhausted,
+        Counter::PassNatUnknown,
+        Counter::DropNatUnavailable,
         Counter::DropNoBackend,
         Counter::DropNoRoute,
         Counter::DropMalformed,
@@ -75,6 +87,10 @@ impl Counter {
             Counter::Redirect => "redirect",
             Counter::TxIcmpEchoReply => "tx_icmp_echo_reply",
             Counter::TxIcmpError => "tx_icmp_error",
+            Counter::TxNatReply => "tx_nat_reply",
+            Counter::DropNatPortsExhausted => "drop_nat_ports_exhausted",
+            Counter::PassNatUnknown => "pass_nat_unknown",
+            Counter::DropNatUnavailable => "drop_nat_unavailable",
             Counter::DropNoBackend => "drop_no_backend",
             Counter::DropNoRoute => "drop_no_route",
             Counter::DropMalformed => "drop_malformed",

@@ -20,5 +20,6 @@ pub mod maps;
 pub use counters::{BackendStats, Counter, TrafficStats, VipStats};
 pub use hash::flow_hash;
 pub use maps::{
-    AddrKey, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, TableChunk, VipInfo, VipKey,
+    AddrKey, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, TableChunk,
+    VipInfo, VipKey,
 };

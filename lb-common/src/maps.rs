@@ -9,6 +9,10 @@ use core::mem::size_of;
 pub mod names {
     /// The ingress XDP program.
     pub const XDP_PROGRAM: &str = "lb_xdp";
+    /// The `nat` program, tail-called from the ingress program.
+    pub const NAT_PROGRAM: &str = "lb_nat";
+    /// Tail-call targets.
+    pub const PROGS: &str = "LB_PROGS_V1";
     /// A program that passes everything (benchmark floor, veth peers).
     pub const XDP_PASS_PROGRAM: &str = "xdp_pass";
     /// VIP lookup: [`super::VipKey`] → [`super::VipInfo`].
@@ -20,11 +24,13 @@ pub mod names {
     /// Maglev tables: index → [`super::TableChunk`].
     pub const TABLE_CHUNKS: &str = "LB_TABLES_V2";
     /// Connection tracking: [`super::FlowKey`] → [`super::FlowEntry`].
-    pub const CONNTRACK: &str = "LB_CONNTRACK_V2";
+    pub const CONNTRACK: &str = "LB_CONNTRACK_V3";
     /// VIP addresses whose echo requests XDP answers: [`super::AddrKey`] → `u32` (0).
     pub const ECHO_ADDRS: &str = "LB_ECHO_ADDRS_V1";
+    /// `nat` mode replies: [`super::FlowKey`] → [`super::NatEntry`].
+    pub const NAT: &str = "LB_NAT_V1";
     /// Node-wide settings: index 0 → [`super::GlobalConfig`].
-    pub const CONFIG: &str = "LB_CONFIG_V2";
+    pub const CONFIG: &str = "LB_CONFIG_V3";
     /// Per-CPU global counters indexed by [`crate::Counter`].
     pub const COUNTERS: &str = "LB_COUNTERS_V2";
     /// Per-CPU per-service counters indexed by service id → [`crate::VipStats`].
@@ -126,6 +132,10 @@ pub enum ForwardingMode {
     /// L2 direct server return: rewrite the destination MAC and transmit; the backend
     /// holds the VIP and replies to the client directly.
     Dsr = 1,
+    /// One-arm full NAT: destination → backend, source → the node's NAT address and
+    /// a port of its own; replies come back to the node and are translated back.
+    /// Backends need no configuration.
+    Nat = 2,
     /// Pass to the kernel stack: the agent's HTTP proxy serves the VIP.
     L7 = 3,
 }
@@ -135,6 +145,7 @@ impl ForwardingMode {
     pub const fn from_u32(value: u32) -> Option<Self> {
         match value {
             1 => Some(Self::Dsr),
+            2 => Some(Self::Nat),
             3 => Some(Self::L7),
             _ => None,
         }
@@ -226,8 +237,36 @@ pub struct FlowEntry {
     pub backend_id: u32,
     /// Service id the flow was admitted by.
     pub service_id: u32,
+    /// `nat` mode: the node's source port for this flow, network byte order (0 in
+    /// other modes).
+    pub nat_port_be: u16,
+    /// Always zero.
+    pub _pad: u16,
+    /// Always zero.
+    pub _pad2: u32,
 }
-const _: () = assert!(size_of::<FlowEntry>() == 8);
+const _: () = assert!(size_of::<FlowEntry>() == 16);
+
+/// `nat` mode: what a reply from a backend is translated back to, keyed by the reply's
+/// 5-tuple (backend → node's NAT address and port) in the NAT map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatEntry {
+    /// The client's address (the reply's new destination).
+    pub client: [u8; 16],
+    /// The VIP (the reply's new source).
+    pub vip: [u8; 16],
+    /// The client's port, network byte order.
+    pub client_port_be: u16,
+    /// The VIP's port, network byte order.
+    pub vip_port_be: u16,
+    /// Always zero.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<NatEntry>() == 40);
+
+/// Entries of the NAT map (replies of NATed flows).
+pub const NAT_ENTRIES: u32 = 262_144;
 
 /// Node-wide settings, stored at index 0 of the config map.
 #[repr(C)]
@@ -238,8 +277,18 @@ pub struct GlobalConfig {
     pub hash_seed: u32,
     /// Reserved, zero.
     pub flags: u32,
+    /// `nat` mode: first source port the node uses towards backends (host order).
+    pub nat_port_first: u16,
+    /// `nat` mode: how many ports from `nat_port_first` (0 = nat disabled).
+    pub nat_port_count: u16,
+    /// Always zero.
+    pub _pad: u32,
+    /// `nat` mode: the node's IPv4 source address (IPv4-mapped; zero = none).
+    pub nat_v4: [u8; 16],
+    /// `nat` mode: the node's IPv6 source address (zero = none).
+    pub nat_v6: [u8; 16],
 }
-const _: () = assert!(size_of::<GlobalConfig>() == 8);
+const _: () = assert!(size_of::<GlobalConfig>() == 48);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -252,5 +301,6 @@ mod pod {
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::FlowEntry {}
+    unsafe impl aya::Pod for super::NatEntry {}
     unsafe impl aya::Pod for super::GlobalConfig {}
 }

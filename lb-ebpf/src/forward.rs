@@ -88,14 +88,28 @@ pub fn to_backend(ctx: &XdpContext, pkt: &Packet, backend_id: u32, backend: &Bac
     if (backend.flags & BACKEND_F_IPV6 != 0) != pkt.ipv6 {
         return Verdict::drop(Counter::DropNoRoute);
     }
+    via_fib(ctx, pkt, &backend.addr, Some(backend_id))
+}
+
+/// Sends a (translated) reply towards `client`: the FIB picks the next hop; clients
+/// are too many to cache.
+#[inline(always)]
+pub fn to_client(ctx: &XdpContext, pkt: &Packet, client: &[u8; 16]) -> Verdict {
+    via_fib(ctx, pkt, client, None)
+}
+
+/// Next hop for `dst` (from the per-backend cache when `cache_id` is given and the entry
+/// is fresh, else from the FIB), then MAC rewrite and transmit.
+#[inline(always)]
+fn via_fib(ctx: &XdpContext, pkt: &Packet, dst: &[u8; 16], cache_id: Option<u32>) -> Verdict {
     let ingress = ctx.ingress_ifindex() as u32;
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    let cache = NEXT_HOPS.get_ptr_mut(backend_id);
+    let cache = cache_id.and_then(|id| NEXT_HOPS.get_ptr_mut(id));
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.
         let hop = unsafe { &*hop };
-        if now < hop.expires_ns && same_addr(&hop.addr, &backend.addr) {
+        if now < hop.expires_ns && same_addr(&hop.addr, dst) {
             return send(pkt, ingress, hop.ifindex, &hop.dmac, &hop.smac);
         }
     }
@@ -116,11 +130,11 @@ pub fn to_backend(ctx: &XdpContext, pkt: &Packet, backend_id: u32, backend: &Bac
         if pkt.ipv6 {
             (*fib).family = AF_INET6;
             (*fib).__bindgen_anon_3.ipv6_src = words(&pkt.key.src);
-            (*fib).__bindgen_anon_4.ipv6_dst = words(&backend.addr);
+            (*fib).__bindgen_anon_4.ipv6_dst = words(dst);
         } else {
             (*fib).family = AF_INET;
             (*fib).__bindgen_anon_3.ipv4_src = words(&pkt.key.src)[3];
-            (*fib).__bindgen_anon_4.ipv4_dst = words(&backend.addr)[3];
+            (*fib).__bindgen_anon_4.ipv4_dst = words(dst)[3];
         }
         bpf_fib_lookup(ctx.as_ptr(), fib, size_of::<FibParams>() as i32, 0)
     };
@@ -134,7 +148,7 @@ pub fn to_backend(ctx: &XdpContext, pkt: &Packet, backend_id: u32, backend: &Bac
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.
         unsafe {
-            (*hop).addr = backend.addr;
+            (*hop).addr = *dst;
             (*hop).dmac = fib.dmac;
             (*hop).smac = fib.smac;
             (*hop).ifindex = fib.ifindex;

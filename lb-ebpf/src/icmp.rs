@@ -66,6 +66,8 @@ pub fn v4(
             ipv6: false,
             ip_len: tot_len,
             kind: Kind::Echo { l3, l4 },
+            l3,
+            l4,
         });
     }
     if icmp.kind != ICMP_DEST_UNREACH || icmp.code != ICMP_FRAG_NEEDED {
@@ -97,6 +99,8 @@ pub fn v4(
         ipv6: false,
         ip_len: tot_len,
         kind: Kind::IcmpError,
+        l3,
+        l4,
     })
 }
 
@@ -125,6 +129,8 @@ pub fn v6(
             ipv6: true,
             ip_len,
             kind: Kind::Echo { l3, l4 },
+            l3,
+            l4,
         });
     }
     if icmp.kind != ICMPV6_PKT_TOOBIG {
@@ -154,6 +160,8 @@ pub fn v6(
         ipv6: true,
         ip_len,
         kind: Kind::IcmpError,
+        l3,
+        l4,
     })
 }
 

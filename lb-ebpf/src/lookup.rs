@@ -2,7 +2,7 @@
 //! indexes them.
 
 use lb_common::{
-    Backend, FlowEntry, FlowKey, VipInfo, VipKey, flow_hash,
+    Backend, FlowEntry, FlowKey, ForwardingMode, VipInfo, VipKey, flow_hash,
     maps::{MAX_BACKENDS_PER_SERVICE, TABLE_CHUNK_SLOTS},
 };
 
@@ -31,6 +31,7 @@ pub fn owner(vip: &VipInfo, key: &FlowKey) -> Option<Choice> {
         backend_id,
         backend,
         new_flow: false,
+        nat_port_be: 0,
     })
 }
 
@@ -60,36 +61,66 @@ pub struct Choice {
     pub backend_id: u32,
     pub backend: &'static Backend,
     pub new_flow: bool,
+    /// `nat` mode: the node's source port for the flow (network order).
+    pub nat_port_be: u16,
+}
+
+/// Why no backend could be chosen.
+pub enum NoChoice {
+    /// The service has no usable backend, or its tables are inconsistent.
+    NoBackend,
+    /// `nat` mode: no free source port around this flow's hash.
+    NatPortsExhausted,
 }
 
 /// The backend for this flow: the pinned one if conntrack knows the flow (whatever
-/// the table says now), else the table's choice, which is then pinned.
-///
-/// `None`: the service has no usable backend, or its tables are inconsistent.
+/// the table says now), else the table's choice, which is then pinned (in `nat` mode
+/// together with the NAT source port it claims).
 #[inline(always)]
-pub fn backend(vip: &VipInfo, key: &FlowKey) -> Option<Choice> {
+///
+/// `NAT` compiles the port claim in: only `lb_nat` needs it, and leaving it out of
+/// `lb_xdp` keeps that program's stack frame small.
+pub fn backend<const NAT: bool>(
+    vip: &VipInfo,
+    key: &FlowKey,
+    ipv6: bool,
+) -> Result<Choice, NoChoice> {
     // SAFETY: as in `vip`.
     if let Some(entry) = unsafe { CONNTRACK.get(key) } {
         let backend_id = entry.backend_id;
-        return BACKENDS.get(backend_id).map(|backend| Choice {
-            backend_id,
-            backend,
-            new_flow: false,
-        });
+        let nat_port_be = entry.nat_port_be;
+        return BACKENDS
+            .get(backend_id)
+            .map(|backend| Choice {
+                backend_id,
+                backend,
+                new_flow: false,
+                nat_port_be,
+            })
+            .ok_or(NoChoice::NoBackend);
     }
-    let backend_id = table_choice(vip, key)?;
-    let backend = BACKENDS.get(backend_id)?;
+    let backend_id = table_choice(vip, key).ok_or(NoChoice::NoBackend)?;
+    let backend = BACKENDS.get(backend_id).ok_or(NoChoice::NoBackend)?;
+    let nat_port_be = if NAT && vip.mode == ForwardingMode::Nat as u32 {
+        crate::nat::claim_port(key, backend, ipv6).ok_or(NoChoice::NatPortsExhausted)?
+    } else {
+        0
+    };
     let entry = FlowEntry {
         backend_id,
         service_id: vip.service_id,
+        nat_port_be,
+        _pad: 0,
+        _pad2: 0,
     };
     // A full LRU evicts its oldest entry; an insert can only fail on memory pressure,
     // and then this packet is still forwarded and the next one tries again.
     let _ = CONNTRACK.insert(key, entry, 0);
-    Some(Choice {
+    Ok(Choice {
         backend_id,
         backend,
         new_flow: true,
+        nat_port_be,
     })
 }
 

@@ -9,10 +9,12 @@
 #![no_std]
 #![no_main]
 
+mod csum;
 mod forward;
 mod icmp;
 mod lookup;
 mod maps;
+mod nat;
 mod parse;
 mod stats;
 
@@ -80,7 +82,7 @@ pub fn xdp_pass(_ctx: XdpContext) -> u32 {
 /// Parses the packet, finds its VIP and backend, and forwards it.
 #[inline(always)]
 fn steer(ctx: &XdpContext) -> Verdict {
-    let pkt = match parse::packet(ctx) {
+    let pkt = match parse::packet::<true>(ctx) {
         Ok(pkt) => pkt,
         Err(verdict) => return verdict,
     };
@@ -92,18 +94,28 @@ fn steer(ctx: &XdpContext) -> Verdict {
         };
     }
     let Some(vip) = lookup::vip(&pkt.key) else {
+        if pkt.kind == Kind::Flow && nat::is_nat_addr(&pkt.key.dst, pkt.ipv6) {
+            return to_nat_program(ctx);
+        }
         return Verdict::pass(Counter::PassNotVip);
     };
+    if vip.mode == ForwardingMode::Nat as u32 && pkt.kind == Kind::Flow {
+        return to_nat_program(ctx);
+    }
     if vip.mode == ForwardingMode::L7 as u32 {
         return Verdict::pass(Counter::PassL7);
     }
     let choice = if pkt.kind == Kind::IcmpError {
-        lookup::owner(vip, &pkt.key)
+        lookup::owner(vip, &pkt.key).ok_or(lookup::NoChoice::NoBackend)
     } else {
-        lookup::backend(vip, &pkt.key)
+        lookup::backend::<false>(vip, &pkt.key, pkt.ipv6)
     };
-    let Some(choice) = choice else {
-        return Verdict::drop(Counter::DropNoBackend);
+    let choice = match choice {
+        Ok(choice) => choice,
+        Err(lookup::NoChoice::NoBackend) => return Verdict::drop(Counter::DropNoBackend),
+        Err(lookup::NoChoice::NatPortsExhausted) => {
+            return Verdict::drop(Counter::DropNatPortsExhausted);
+        }
     };
     let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
     if pkt.kind == Kind::IcmpError && verdict.forwarded() {
@@ -112,6 +124,69 @@ fn steer(ctx: &XdpContext) -> Verdict {
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
+    }
+    verdict
+}
+
+/// Continues in `lb_nat`. Only returns if the tail call fails (the agent has not
+/// installed `lb_nat`), and then the packet is dropped.
+#[inline(always)]
+fn to_nat_program(ctx: &XdpContext) -> Verdict {
+    // SAFETY: ctx is this program's context; PROGS holds only XDP programs.
+    unsafe { maps::PROGS.tail_call(ctx, maps::PROG_NAT) };
+    Verdict::drop(Counter::DropNatUnavailable)
+}
+
+/// `nat` flows, reached by tail call from `lb_xdp` (which counted the packet in
+/// `Packets`): towards the backend with source NAT, or a reply translated back.
+#[xdp]
+pub fn lb_nat(ctx: XdpContext) -> u32 {
+    let verdict = steer_nat(&ctx);
+    stats::count(verdict.reason);
+    verdict.action
+}
+
+#[inline(always)]
+fn steer_nat(ctx: &XdpContext) -> Verdict {
+    let pkt = match parse::packet::<false>(ctx) {
+        Ok(pkt) if pkt.kind == Kind::Flow => pkt,
+        Ok(_) => return Verdict::pass(Counter::PassNotVip),
+        Err(verdict) => return verdict,
+    };
+    let Some(vip) = lookup::vip(&pkt.key) else {
+        return nat_reply(ctx, &pkt);
+    };
+    let choice = match lookup::backend::<true>(vip, &pkt.key, pkt.ipv6) {
+        Ok(choice) => choice,
+        Err(lookup::NoChoice::NoBackend) => return Verdict::drop(Counter::DropNoBackend),
+        Err(lookup::NoChoice::NatPortsExhausted) => {
+            return Verdict::drop(Counter::DropNatPortsExhausted);
+        }
+    };
+    if (choice.backend.flags & lb_common::maps::BACKEND_F_IPV6 != 0) != pkt.ipv6 {
+        return Verdict::drop(Counter::DropNoRoute);
+    }
+    if let Err(verdict) = nat::to_backend(ctx, &pkt, choice.backend, choice.nat_port_be) {
+        return verdict;
+    }
+    let verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
+    if verdict.forwarded() {
+        let bytes = (ctx.data_end() - ctx.data()) as u64;
+        stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
+    }
+    verdict
+}
+
+/// A packet to the NAT address: translate a reply back and send it to the client.
+#[inline(always)]
+fn nat_reply(ctx: &XdpContext, pkt: &parse::Packet) -> Verdict {
+    let entry = match nat::reply(ctx, pkt) {
+        Ok(entry) => entry,
+        Err(verdict) => return verdict,
+    };
+    let mut verdict = forward::to_client(ctx, pkt, &entry.client);
+    if verdict.forwarded() {
+        verdict.reason = Counter::TxNatReply;
     }
     verdict
 }

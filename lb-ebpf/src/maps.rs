@@ -4,7 +4,7 @@
 use aya_ebpf::{
     bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray},
 };
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo, VipKey,
@@ -29,7 +29,7 @@ pub static TABLE_CHUNKS_MAP: Array<TableChunk> = Array::with_max_entries(TABLE_C
 
 /// Connection tracking: the backend each flow is pinned to. Per-CPU LRU lists
 /// (`BPF_F_NO_COMMON_LRU`) avoid a global lock on insert; the table itself is shared.
-#[map(name = "LB_CONNTRACK_V2")]
+#[map(name = "LB_CONNTRACK_V3")]
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry> =
     LruHashMap::with_max_entries(CONNTRACK_ENTRIES, BPF_F_NO_COMMON_LRU);
 
@@ -48,8 +48,21 @@ pub static NEXT_HOPS: PerCpuArray<crate::forward::NextHop> =
 pub static ECHO_ADDRS: HashMap<lb_common::AddrKey, u32> =
     HashMap::with_max_entries(MAX_SERVICES, 0);
 
+/// `nat` mode: replies (backend → NAT address:port) → what to translate them back to.
+#[map(name = "LB_NAT_V1")]
+pub static NAT: LruHashMap<FlowKey, lb_common::NatEntry> =
+    LruHashMap::with_max_entries(lb_common::maps::NAT_ENTRIES, BPF_F_NO_COMMON_LRU);
+
+/// Tail-call targets: index 0 is `lb_nat`, which handles `nat` flows in a stack frame
+/// of its own (the verifier allows 512 bytes per program).
+#[map(name = "LB_PROGS_V1")]
+pub static PROGS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Index of `lb_nat` in [`PROGS`].
+pub const PROG_NAT: u32 = 0;
+
 /// Node-wide settings at index 0.
-#[map(name = "LB_CONFIG_V2")]
+#[map(name = "LB_CONFIG_V3")]
 pub static CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);
 
 /// Global verdict and reason counters, one slot per `Counter`.

@@ -100,6 +100,10 @@ pub struct Packet {
     pub ip_len: u16,
     /// What the packet is.
     pub kind: Kind,
+    /// Offset of the IP header.
+    pub l3: usize,
+    /// Offset of the TCP/UDP/ICMP header.
+    pub l4: usize,
 }
 
 /// What a parsed packet is.
@@ -125,12 +129,14 @@ fn l4_min_len(proto: u8) -> Option<u16> {
     }
 }
 
-/// Parses Ethernet (+ one 802.1Q tag) → IPv4 or IPv6 → TCP/UDP ports.
+/// Parses Ethernet (+ one 802.1Q tag) → IPv4 or IPv6 → TCP/UDP ports, and with `ICMP`
+/// the ICMP messages we act on (without, ICMP passes as not ours: the `nat` program
+/// only handles TCP/UDP and must fit its own stack frame).
 ///
 /// # Errors
 /// The verdict for anything else (see the module policy).
 #[inline(always)]
-pub fn packet(ctx: &XdpContext) -> Result<Packet, Verdict> {
+pub fn packet<const ICMP: bool>(ctx: &XdpContext) -> Result<Packet, Verdict> {
     let malformed = Verdict::drop(Counter::DropMalformed);
     let eth: *mut EthHdr = ptr_at(ctx, 0).ok_or(malformed)?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
@@ -144,16 +150,16 @@ pub fn packet(ctx: &XdpContext) -> Result<Packet, Verdict> {
     }
     let frame_len = ctx.data_end() - ctx.data();
     if ether_type == ETH_P_IPV4 {
-        ipv4(ctx, eth, l3, frame_len)
+        ipv4::<ICMP>(ctx, eth, l3, frame_len)
     } else if ether_type == ETH_P_IPV6 {
-        ipv6(ctx, eth, l3, frame_len)
+        ipv6::<ICMP>(ctx, eth, l3, frame_len)
     } else {
         Err(Verdict::pass(Counter::PassNotIp))
     }
 }
 
 #[inline(always)]
-fn ipv4(
+fn ipv4<const ICMP: bool>(
     ctx: &XdpContext,
     eth: *mut EthHdr,
     l3: usize,
@@ -174,7 +180,7 @@ fn ipv4(
         return Err(Verdict::pass(Counter::PassFragment));
     }
     let tot_len = u16::from_be_bytes(ip.tot_len);
-    if ip.proto == proto::ICMP {
+    if ICMP && ip.proto == proto::ICMP {
         if tot_len < (IPV4_LEN + crate::icmp::ICMP_LEN) as u16 || l3 + tot_len as usize > frame_len
         {
             return Err(malformed);
@@ -200,11 +206,13 @@ fn ipv4(
         ipv6: false,
         ip_len: tot_len,
         kind: Kind::Flow,
+        l3,
+        l4: l3 + IPV4_LEN,
     })
 }
 
 #[inline(always)]
-fn ipv6(
+fn ipv6<const ICMP: bool>(
     ctx: &XdpContext,
     eth: *mut EthHdr,
     l3: usize,
@@ -218,7 +226,7 @@ fn ipv6(
         return Err(malformed);
     }
     let payload_len = u16::from_be_bytes(ip.payload_len);
-    if ip.next_hdr == proto::ICMPV6 {
+    if ICMP && ip.next_hdr == proto::ICMPV6 {
         if payload_len < crate::icmp::ICMP_LEN as u16
             || l3 + IPV6_LEN + payload_len as usize > frame_len
         {
@@ -251,6 +259,8 @@ fn ipv6(
         ipv6: true,
         ip_len: payload_len.saturating_add(IPV6_LEN as u16),
         kind: Kind::Flow,
+        l3,
+        l4: l3 + IPV6_LEN,
     })
 }
 

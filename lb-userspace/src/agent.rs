@@ -83,6 +83,7 @@ pub fn service_specs(config: &ValidConfig) -> Vec<ServiceSpec> {
             key: vip_key(svc.vip, svc.port.key_port(), svc.protocol.number()),
             mode: match svc.mode {
                 ForwardingModeConfig::Dsr => ForwardingMode::Dsr,
+                ForwardingModeConfig::Nat => ForwardingMode::Nat,
                 ForwardingModeConfig::L7 => ForwardingMode::L7,
             },
             backends: svc.backends.iter().map(|b| b.address).collect(),
@@ -119,10 +120,7 @@ impl Agent {
         if adopted > 0 {
             log::info!("adopted {adopted} services from the pinned data plane");
         }
-        dataplane.set_config(GlobalConfig {
-            hash_seed: config.node.hash_seed,
-            flags: 0,
-        })?;
+        dataplane.set_config(global_config(&config))?;
         let specs = service_specs(&config);
         programmer.apply(&mut dataplane, &specs, Instant::now())?;
         for addr in dsr_backends(&specs) {
@@ -307,11 +305,32 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// Backends the node forwards to at layer 2 (their neighbours must stay resolved).
+/// Node-wide data-plane settings from the config.
+pub fn global_config(config: &ValidConfig) -> GlobalConfig {
+    let node = &config.node;
+    let nat_of = |v6: bool| {
+        node.nat_addresses
+            .iter()
+            .find(|a| a.is_ipv6() == v6)
+            .map_or([0; 16], |a| crate::dataplane::addr16(*a))
+    };
+    let count = u32::from(node.nat_ports.last) - u32::from(node.nat_ports.first) + 1;
+    GlobalConfig {
+        hash_seed: node.hash_seed,
+        flags: 0,
+        nat_port_first: node.nat_ports.first,
+        nat_port_count: count.min(u32::from(u16::MAX)) as u16,
+        _pad: 0,
+        nat_v4: nat_of(false),
+        nat_v6: nat_of(true),
+    }
+}
+
+/// Backends the node forwards to (dsr and nat): their neighbours must stay resolved.
 fn dsr_backends(specs: &[ServiceSpec]) -> Vec<IpAddr> {
     let mut addrs: Vec<IpAddr> = specs
         .iter()
-        .filter(|s| s.mode == ForwardingMode::Dsr)
+        .filter(|s| s.mode != ForwardingMode::L7)
         .flat_map(|s| s.backends.iter().copied())
         .collect();
     addrs.sort_unstable();

@@ -38,6 +38,16 @@ pub fn backend6(i: u8) -> (IpAddr, [u8; 6]) {
     (IpAddr::V6(addr), [0x02, 0, 0, 0, 0x06, 0x11 + i])
 }
 
+/// The node's `nat` source addresses in fixtures.
+pub const NAT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+/// IPv6 `nat` source address.
+pub const NAT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 3);
+/// The client's addresses, resolved to [`CLIENT_MAC`] in the fixture host (replies of
+/// `nat` flows are sent to them).
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// IPv6 client address.
+pub const CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+
 /// Backends with a neighbour entry.
 pub const RESOLVED_BACKENDS: u8 = 4;
 
@@ -68,7 +78,14 @@ impl FixtureHost {
         ]);
         ns.ip(&["link", "set", "eth0", "up"]);
         ns.ip(&["link", "set", "peer0", "up"]);
-        for (addr, mac) in (0..RESOLVED_BACKENDS).flat_map(|i| [backend(i), backend6(i)]) {
+        let clients = [
+            (IpAddr::V4(CLIENT_ADDR), CLIENT_MAC),
+            (IpAddr::V6(CLIENT_ADDR6), CLIENT_MAC),
+        ];
+        for (addr, mac) in (0..RESOLVED_BACKENDS)
+            .flat_map(|i| [backend(i), backend6(i)])
+            .chain(clients)
+        {
             ns.ip(&[
                 "neigh",
                 "replace",
@@ -145,7 +162,7 @@ impl XdpRig {
         dataplane
             .set_config(GlobalConfig {
                 hash_seed: seed,
-                flags: 0,
+                ..GlobalConfig::default()
             })
             .expect("set config");
         let ifindex = lb_userspace::agent::ifindex("eth0").expect("eth0 in fixture netns");
@@ -156,6 +173,20 @@ impl XdpRig {
             seed,
             ifindex,
         }
+    }
+
+    /// Configures `nat` mode: source addresses and `count` ports from `first`.
+    pub fn set_nat(&mut self, first: u16, count: u16) {
+        self.dataplane
+            .set_config(GlobalConfig {
+                hash_seed: self.seed,
+                nat_port_first: first,
+                nat_port_count: count,
+                nat_v4: lb_userspace::dataplane::addr16(NAT_ADDR.into()),
+                nat_v6: lb_userspace::dataplane::addr16(NAT_ADDR6.into()),
+                ..GlobalConfig::default()
+            })
+            .expect("set config");
     }
 
     /// Adds or replaces a service (by VIP key) and reprograms.

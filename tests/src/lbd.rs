@@ -295,3 +295,20 @@ pub fn config(
     }
     text
 }
+
+/// Like [`config`] with every service in `nat` mode from `nat_addresses`.
+pub fn nat_config(
+    xdp_mode: &str,
+    services: &[ServiceLine<'_>],
+    backends: &[std::net::IpAddr],
+    nat_addresses: &[std::net::IpAddr],
+) -> String {
+    let list: Vec<String> = nat_addresses.iter().map(|a| format!("\"{a}\"")).collect();
+    config(xdp_mode, services, backends)
+        .replacen(
+            "[node]\n",
+            &format!("[node]\nnat_addresses = [{}]\n", list.join(", ")),
+            1,
+        )
+        .replace("protocol = ", "mode = \"nat\"\nprotocol = ")
+}

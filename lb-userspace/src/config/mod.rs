@@ -116,12 +116,12 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
         }
         let mut seen_backends = HashSet::new();
         for (j, b) in svc.backends.iter().enumerate() {
-            if svc.mode == ForwardingModeConfig::Dsr && b.address.is_ipv6() != svc.vip.is_ipv6() {
+            if svc.mode != ForwardingModeConfig::L7 && b.address.is_ipv6() != svc.vip.is_ipv6() {
                 return Err(invalid(
                     span.clone(),
                     at(&format!("backends[{j}].address")),
                     format!(
-                        "{} is not of the VIP's address family; dsr forwards the packet unchanged",
+                        "{} is not of the VIP's address family (dsr and nat keep the family)",
                         b.address
                     ),
                 ));
@@ -144,7 +144,48 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
                 ));
             }
         }
+        if svc.mode == ForwardingModeConfig::Nat
+            && !raw
+                .node
+                .nat_addresses
+                .iter()
+                .any(|a| a.is_ipv6() == svc.vip.is_ipv6())
+        {
+            return Err(invalid(
+                span,
+                at("mode"),
+                format!(
+                    "nat needs a node.nat_addresses entry of the VIP's family ({})",
+                    if svc.vip.is_ipv6() { "IPv6" } else { "IPv4" }
+                ),
+            ));
+        }
         services.push(svc);
+    }
+    let node_invalid = |field: &str, problem: String| ConfigError::Invalid {
+        file: file.to_owned(),
+        line: 0,
+        field: format!("node.{field}"),
+        problem,
+    };
+    let nat = &raw.node.nat_addresses;
+    if nat.iter().filter(|a| a.is_ipv4()).count() > 1
+        || nat.iter().filter(|a| a.is_ipv6()).count() > 1
+    {
+        return Err(node_invalid(
+            "nat_addresses",
+            "at most one IPv4 and one IPv6 address".into(),
+        ));
+    }
+    let ports = raw.node.nat_ports;
+    if ports.first == 0 || ports.first > ports.last {
+        return Err(node_invalid(
+            "nat_ports",
+            format!(
+                "{}-{} is not a range of ports 1-65535",
+                ports.first, ports.last
+            ),
+        ));
     }
     if services.len() > lb_common::maps::MAX_SERVICES as usize {
         return Err(ConfigError::Invalid {

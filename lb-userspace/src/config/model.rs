@@ -35,10 +35,37 @@ pub struct NodeConfig {
     /// An empty string disables pinning: the data plane then lives only as long as lbd.
     #[serde(default = "default_pin_path")]
     pub pin_path: String,
-    /// Answer pings to `dsr` VIP addresses from XDP (default true; the node does not
-    /// hold those addresses, so otherwise nobody answers).
+    /// Answer pings to `dsr` and `nat` VIP addresses from XDP (default true; the node
+    /// does not hold those addresses, so otherwise nobody answers).
     #[serde(default = "default_true")]
     pub answer_ping: bool,
+    /// Source addresses for `nat` services: at most one IPv4 and one IPv6 address, held
+    /// by this node on `interface` (so backends can resolve it). Use addresses the node
+    /// does not open connections from: its replies are taken over by XDP.
+    #[serde(default)]
+    pub nat_addresses: Vec<IpAddr>,
+    /// Source ports for `nat` services (default 20000-59999).
+    #[serde(default)]
+    pub nat_ports: PortRange,
+}
+
+/// An inclusive port range, `{ first = 20000, last = 59999 }`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PortRange {
+    /// First port.
+    pub first: u16,
+    /// Last port (inclusive).
+    pub last: u16,
+}
+
+impl Default for PortRange {
+    fn default() -> Self {
+        Self {
+            first: 20000,
+            last: 59999,
+        }
+    }
 }
 
 fn default_true() -> bool {
@@ -196,6 +223,9 @@ pub enum ForwardingModeConfig {
     /// L2 direct server return: backends hold the VIP and reply to clients directly.
     #[default]
     Dsr,
+    /// One-arm full NAT: the node rewrites destination and source (to a
+    /// `node.nat_addresses` address) and translates replies back; backends need nothing.
+    Nat,
     /// Passed to the node's stack for the agent's HTTP proxy.
     L7,
 }

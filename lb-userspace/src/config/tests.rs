@@ -169,3 +169,21 @@ fn line_col_counts_from_one() {
     assert_eq!(line_col("ab\ncd", 0), (1, 1));
     assert_eq!(line_col("ab\ncd", 4), (2, 2));
 }
+
+#[test]
+fn nat_needs_a_source_address_of_its_family() {
+    let nat = GOOD.replace("port = 80\n", "port = 80\nmode = \"nat\"\n");
+    let e = err(&nat);
+    assert!(
+        e.contains("(web).mode: nat needs a node.nat_addresses entry of the VIP's family (IPv4)"),
+        "{e}"
+    );
+    let ok = nat.replace("xdp_mode = \"generic\"", "xdp_mode = \"generic\"\nnat_addresses = [\"198.18.0.3\"]\nnat_ports = { first = 30000, last = 30999 }");
+    let cfg = parse(&ok, "lbd.toml").expect("valid");
+    assert_eq!(cfg.services[0].mode, ForwardingModeConfig::Nat);
+    assert_eq!(cfg.node.nat_ports.last, 30999);
+    let bad = ok.replace("first = 30000", "first = 31000");
+    assert!(err(&bad).contains("node.nat_ports: 31000-30999 is not a range"));
+    let two = ok.replace("[\"198.18.0.3\"]", "[\"198.18.0.3\", \"198.18.0.4\"]");
+    assert!(err(&two).contains("node.nat_addresses: at most one IPv4 and one IPv6 address"));
+}

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray},
+    maps::{Array, HashMap, MapData, PerCpuArray, ProgramArray},
     programs::{
         Link as _, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
@@ -25,8 +25,10 @@ pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 10] = [
+pub const PINNED_MAPS: [&str; 12] = [
     names::ECHO_ADDRS,
+    names::NAT,
+    names::PROGS,
     names::VIPS,
     names::BACKENDS,
     names::SERVICE_BACKENDS,
@@ -79,6 +81,8 @@ pub struct KernelDataplane {
     vip_stats: PerCpuArray<MapData, TrafficStats>,
     backend_stats: PerCpuArray<MapData, TrafficStats>,
     echo: HashMap<MapData, AddrKey, u32>,
+    /// Tail-call targets; kept open so the entries stay while this process runs.
+    _progs: ProgramArray<MapData>,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, DataplaneError>
@@ -140,6 +144,22 @@ impl KernelDataplane {
         let prog = xdp_of(&mut ebpf)?;
         prog.load()
             .map_err(program_error("loading the XDP program"))?;
+        // lb_nat runs nat flows by tail call from lb_xdp; its slot is replaced in place
+        // on a restart (the pinned array outlives lbd).
+        let mut progs: ProgramArray<MapData> = take(&mut ebpf, names::PROGS)?;
+        let nat: &mut Xdp = ebpf
+            .program_mut(names::NAT_PROGRAM)
+            .ok_or(DataplaneError::Missing {
+                what: "program",
+                name: names::NAT_PROGRAM,
+            })?
+            .try_into()
+            .map_err(program_error("lb_nat is not XDP"))?;
+        nat.load().map_err(program_error("loading lb_nat"))?;
+        let fd = nat.fd().map_err(program_error("lb_nat has no fd"))?;
+        progs
+            .set(0, fd, 0)
+            .map_err(map_error("set", names::PROGS))?;
         Ok(Self {
             vips: take(&mut ebpf, names::VIPS)?,
             backends: take(&mut ebpf, names::BACKENDS)?,
@@ -151,6 +171,7 @@ impl KernelDataplane {
             vip_stats: take(&mut ebpf, names::VIP_STATS)?,
             backend_stats: take(&mut ebpf, names::BACKEND_STATS)?,
             echo: take(&mut ebpf, names::ECHO_ADDRS)?,
+            _progs: progs,
             ebpf,
             link: Attachment::None,
         })

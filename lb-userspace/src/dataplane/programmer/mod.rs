@@ -205,7 +205,7 @@ impl Programmer {
         let want: BTreeSet<[u8; 16]> = if self.answer_ping {
             specs
                 .iter()
-                .filter(|s| s.mode == lb_common::ForwardingMode::Dsr)
+                .filter(|s| s.mode != lb_common::ForwardingMode::L7)
                 .map(|s| s.key.addr)
                 .collect()
         } else {

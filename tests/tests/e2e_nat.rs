@@ -1,0 +1,115 @@
+//! `nat` mode end to end: backends that know nothing about the VIP serve real TCP and
+//! UDP clients; replies come back through the node and are translated back.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use lb_testbed::{
+    LbdProcess, Topology, TopologyOptions, is_root,
+    lbd::nat_config,
+    topology::{HOST_IF, VIP, VIP6, backend_addr, backend_addr6},
+    traffic::{Server, http_requests, udp_requests},
+};
+
+const NAT4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+const NAT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 3);
+const CONNECTIONS: usize = 150;
+const DATAGRAMS: usize = 90;
+
+fn nat_round_trips(mode: &str, v6: bool) {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions {
+        backends: 3,
+        native_xdp: mode == "native",
+    });
+    // The node holds its NAT addresses, so backends can resolve them.
+    topo.lb
+        .ip(&["addr", "add", &format!("{NAT4}/24"), "dev", HOST_IF]);
+    topo.lb.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{NAT6}/64"),
+        "dev",
+        HOST_IF,
+        "nodad",
+    ]);
+    let backend = |i: usize| -> IpAddr {
+        if v6 {
+            backend_addr6(i).into()
+        } else {
+            backend_addr(i).into()
+        }
+    };
+    let vip: IpAddr = if v6 { VIP6.into() } else { VIP.into() };
+    // Backends listen on their own address only: nothing about the VIP is configured.
+    let _servers: Vec<Server> = topo
+        .backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            let name = format!("backend-{}", i + 1);
+            [
+                Server::http(ns, backend(i), 80, &name),
+                Server::udp(ns, backend(i), 5353, &name),
+            ]
+        })
+        .collect();
+    let backends: Vec<IpAddr> = (0..3).map(backend).collect();
+    let config = nat_config(
+        mode,
+        &[("web", vip, 80, "tcp"), ("dns", vip, 5353, "udp")],
+        &backends,
+        &[NAT4.into(), NAT6.into()],
+    );
+    let lbd = LbdProcess::start(&topo.lb, &config);
+    let tcp = http_requests(&topo.client, vip, 80, CONNECTIONS);
+    assert!(
+        tcp.failures.is_empty(),
+        "TCP failures: {:?}\nlbd log:\n{}",
+        tcp.failures,
+        lbd.log()
+    );
+    assert_eq!(
+        tcp.served.len(),
+        3,
+        "every backend serves: {:?}",
+        tcp.served
+    );
+    let udp = udp_requests(&topo.client, vip, 5353, DATAGRAMS);
+    assert!(udp.failures.is_empty(), "UDP failures: {:?}", udp.failures);
+    assert_eq!(udp.served.len(), 3, "{:?}", udp.served);
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "{log}");
+    // Both directions went through XDP.
+    let count = |name: &str| -> u64 {
+        log.lines()
+            .find(|l| l.contains("data plane counters:"))
+            .and_then(|l| {
+                l.split_whitespace()
+                    .find_map(|p| p.strip_prefix(&format!("{name}=")))
+            })
+            .map_or(0, |v| v.parse().expect("number"))
+    };
+    let least = (CONNECTIONS * 3 + DATAGRAMS) as u64;
+    assert!(count("tx") >= least, "tx {} < {least}:\n{log}", count("tx"));
+    assert!(
+        count("tx_nat_reply") >= least,
+        "tx_nat_reply {} < {least}:\n{log}",
+        count("tx_nat_reply")
+    );
+}
+
+#[test]
+fn nat_ipv4_generic() {
+    nat_round_trips("generic", false);
+}
+
+#[test]
+fn nat_ipv4_native() {
+    nat_round_trips("native", false);
+}
+
+#[test]
+fn nat_ipv6_generic() {
+    nat_round_trips("generic", true);
+}

@@ -1,0 +1,242 @@
+//! `nat` mode fixtures through BPF_PROG_TEST_RUN: the full output bytes of the
+//! translation towards the backend and back, with every checksum verified from scratch.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use lb_common::{Counter, ForwardingMode};
+use lb_testbed::{
+    fixture::{
+        CLIENT_ADDR, CLIENT_ADDR6, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, Outcome,
+        XdpRig, action, backend, backend6,
+    },
+    is_root,
+    packet::{Packet, TCP, UDP, checksum},
+};
+use lb_userspace::dataplane::{ServiceSpec, vip_key};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 1);
+const PORTS: (u16, u16) = (30000, 100);
+
+fn nat_svc(vip: IpAddr, port: u16, proto: u8, backends: Vec<IpAddr>) -> ServiceSpec {
+    ServiceSpec {
+        name: format!("nat {vip}:{port}"),
+        key: vip_key(vip, port, proto),
+        mode: ForwardingMode::Nat,
+        backends,
+        table_size: None,
+    }
+}
+
+fn rig() -> XdpRig {
+    let mut rig = XdpRig::load(0x5eed);
+    rig.set_nat(PORTS.0, PORTS.1);
+    rig.program(nat_svc(
+        VIP.into(),
+        80,
+        TCP,
+        (0..3).map(|i| backend(i).0).collect(),
+    ));
+    rig.program(nat_svc(VIP.into(), 53, UDP, vec![backend(0).0]));
+    rig.program(nat_svc(
+        VIP6.into(),
+        443,
+        TCP,
+        (0..3).map(|i| backend6(i).0).collect(),
+    ));
+    rig
+}
+
+fn run(rig: &mut XdpRig, packet: &[u8], want: u32, reason: Counter) -> Outcome {
+    let before = rig.counter(reason);
+    let out = rig.run(packet);
+    assert_eq!(out.action, want, "action");
+    assert_eq!(rig.counter(reason), before + 1, "counter {}", reason.name());
+    out
+}
+
+/// Verifies every checksum of an untagged IPv4/IPv6 TCP/UDP frame from scratch.
+fn assert_checksums_valid(frame: &[u8]) {
+    let v6 = frame[14] >> 4 == 6;
+    let (proto, l4, pseudo) = if v6 {
+        let len = u16::from_be_bytes([frame[18], frame[19]]) as usize;
+        let mut p = frame[22..54].to_vec();
+        p.extend_from_slice(&(len as u32).to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0, frame[20]]);
+        (frame[20], 54, p)
+    } else {
+        assert_eq!(checksum(&[&frame[14..34]]), 0, "IPv4 header checksum");
+        let len = u16::from_be_bytes([frame[16], frame[17]]) as usize - 20;
+        let mut p = frame[26..34].to_vec();
+        p.extend_from_slice(&[0, frame[23]]);
+        p.extend_from_slice(&(len as u16).to_be_bytes());
+        (frame[23], 34, p)
+    };
+    let check_at = l4 + if proto == TCP { 16 } else { 6 };
+    if !v6 && proto == UDP && frame[check_at..check_at + 2] == [0, 0] {
+        return; // no checksum
+    }
+    assert_eq!(checksum(&[&pseudo, &frame[l4..]]), 0, "L4 checksum");
+}
+
+fn port_at(frame: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([frame[at], frame[at + 1]])
+}
+
+#[test]
+fn ipv4_tcp_round_trip() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+        let syn = Packet::tcp4(eth, CLIENT_ADDR, 40001, VIP, 80, b"hello");
+        let out = run(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+        // Towards the backend: from the NAT address and a port in the range.
+        let to = IpAddr::from([out.bytes[30], out.bytes[31], out.bytes[32], out.bytes[33]]);
+        assert!((0..3).any(|i| backend(i).0 == to), "to a backend, not {to}");
+        assert_eq!(&out.bytes[26..30], &NAT_ADDR.octets());
+        let nat_port = port_at(&out.bytes, 34);
+        assert!(
+            (PORTS.0..PORTS.0 + PORTS.1).contains(&nat_port),
+            "port {nat_port}"
+        );
+        assert_eq!(port_at(&out.bytes, 36), 80);
+        assert_eq!(&out.bytes[6..12], &HOST_MAC);
+        assert_checksums_valid(&out.bytes);
+        // Exactly the addresses, ports and checksums changed.
+        let mut a = out.bytes.clone();
+        let mut b = syn.bytes.clone();
+        for v in [&mut a, &mut b] {
+            v[..12].fill(0);
+            v[24..38].fill(0);
+            v[50..52].fill(0);
+        }
+        assert_eq!(a, b);
+
+        // The same flow again keeps its port (conntrack).
+        let again = run(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+        assert_eq!(again.bytes, out.bytes);
+
+        // The backend's reply comes back to the NAT address and leaves as VIP → client.
+        let (to4, nat) = match to {
+            IpAddr::V4(a) => (a, NAT_ADDR),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        let reply = Packet::tcp4(
+            Packet::eth(HOST_MAC, [2, 0, 0, 0, 0, 0x99], 0x0800),
+            to4,
+            80,
+            nat,
+            nat_port,
+            b"world",
+        );
+        let back = run(&mut rig, &reply.bytes, action::TX, Counter::TxNatReply);
+        assert_eq!(&back.bytes[..6], &CLIENT_MAC, "to the client's MAC");
+        assert_eq!(&back.bytes[26..30], &VIP.octets());
+        assert_eq!(&back.bytes[30..34], &CLIENT_ADDR.octets());
+        assert_eq!(
+            (port_at(&back.bytes, 34), port_at(&back.bytes, 36)),
+            (80, 40001)
+        );
+        assert_checksums_valid(&back.bytes);
+
+        // A packet to the NAT address that is no reply of ours passes untouched.
+        let stray = Packet::tcp4(
+            Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800),
+            CLIENT_ADDR,
+            1,
+            nat,
+            22,
+            b"",
+        );
+        let out = run(
+            &mut rig,
+            &stray.bytes,
+            action::PASS,
+            Counter::PassNatUnknown,
+        );
+        assert_eq!(out.bytes, stray.bytes);
+    });
+}
+
+#[test]
+fn ipv6_tcp_round_trip() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
+        let syn = Packet::tcp6(eth, CLIENT_ADDR6, 40001, VIP6, 443, b"hello");
+        let out = run(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+        assert_eq!(&out.bytes[22..38], &NAT_ADDR6.octets());
+        let mut dst = [0u8; 16];
+        dst.copy_from_slice(&out.bytes[38..54]);
+        let to = Ipv6Addr::from(dst);
+        assert!(
+            (0..3).any(|i| backend6(i).0 == IpAddr::V6(to)),
+            "to a backend, not {to}"
+        );
+        let nat_port = port_at(&out.bytes, 54);
+        assert_checksums_valid(&out.bytes);
+
+        let reply = Packet::tcp6(
+            Packet::eth(HOST_MAC, [2, 0, 0, 0, 0, 0x99], 0x86dd),
+            to,
+            443,
+            NAT_ADDR6,
+            nat_port,
+            b"world",
+        );
+        let back = run(&mut rig, &reply.bytes, action::TX, Counter::TxNatReply);
+        assert_eq!(&back.bytes[22..38], &VIP6.octets());
+        assert_eq!(&back.bytes[38..54], &CLIENT_ADDR6.octets());
+        assert_eq!(
+            (port_at(&back.bytes, 54), port_at(&back.bytes, 56)),
+            (443, 40001)
+        );
+        assert_checksums_valid(&back.bytes);
+    });
+}
+
+#[test]
+fn udp_with_and_without_checksum() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let eth = || Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+        let q = Packet::udp4(eth(), CLIENT_ADDR, 5353, VIP, 53, b"query");
+        let out = run(&mut rig, &q.bytes, action::TX, Counter::Tx);
+        assert_ne!(&out.bytes[40..42], &[0, 0]);
+        assert_checksums_valid(&out.bytes);
+        let mut no_sum = Packet::udp4(eth(), CLIENT_ADDR, 5354, VIP, 53, b"query");
+        no_sum.bytes[40..42].copy_from_slice(&[0, 0]);
+        let out = run(&mut rig, &no_sum.bytes, action::TX, Counter::Tx);
+        assert_eq!(
+            &out.bytes[40..42],
+            &[0, 0],
+            "zero means no checksum and stays zero"
+        );
+        assert_checksums_valid(&out.bytes);
+    });
+}
+
+#[test]
+fn exhausted_port_range_drops_new_flows_only() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(0x5eed);
+        rig.set_nat(40000, 1);
+        rig.program(nat_svc(VIP.into(), 80, TCP, vec![backend(0).0]));
+        let eth = || Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+        let first = Packet::tcp4(eth(), CLIENT_ADDR, 1000, VIP, 80, b"");
+        run(&mut rig, &first.bytes, action::TX, Counter::Tx);
+        let second = Packet::tcp4(eth(), CLIENT_ADDR, 1001, VIP, 80, b"");
+        run(
+            &mut rig,
+            &second.bytes,
+            action::DROP,
+            Counter::DropNatPortsExhausted,
+        );
+        // The established flow is unaffected.
+        run(&mut rig, &first.bytes, action::TX, Counter::Tx);
+    });
+}
