@@ -276,11 +276,48 @@ fn batch(
     })
 }
 
+/// From inside `ns`, makes one HTTP request from each source port in `ports` (bound
+/// explicitly, so the flows — and the backend each lands on — are known in advance).
+pub fn http_requests_from(
+    ns: &Netns,
+    source: IpAddr,
+    vip: IpAddr,
+    port: u16,
+    ports: std::ops::Range<u16>,
+) -> Vec<(u16, Result<String, String>)> {
+    let target = SocketAddr::new(vip, port);
+    ns.run(move || {
+        ports
+            .map(|sport| {
+                let conn = connect_from(SocketAddr::new(source, sport), target)
+                    .map_err(|e| format!("port {sport}: connect: {e}"));
+                (
+                    sport,
+                    conn.and_then(|c| http_get_on(c, target, usize::from(sport))),
+                )
+            })
+            .collect()
+    })
+}
+
+fn connect_from(source: SocketAddr, target: SocketAddr) -> std::io::Result<TcpStream> {
+    let domain = socket2::Domain::for_address(target);
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&source.into())?;
+    sock.connect_timeout(&target.into(), IO_TIMEOUT)?;
+    Ok(sock.into())
+}
+
 /// One HTTP GET on a fresh connection; returns the body's first line (the backend name).
 pub fn http_get(target: SocketAddr, i: usize) -> Result<String, String> {
+    let conn = TcpStream::connect_timeout(&target, IO_TIMEOUT)
+        .map_err(|e| format!("request {i}: connect: {e}"))?;
+    http_get_on(conn, target, i)
+}
+
+fn http_get_on(mut conn: TcpStream, target: SocketAddr, i: usize) -> Result<String, String> {
     let fail = |what: &str, e: std::io::Error| format!("request {i}: {what}: {e}");
-    let mut conn =
-        TcpStream::connect_timeout(&target, IO_TIMEOUT).map_err(|e| fail("connect", e))?;
     conn.set_read_timeout(Some(IO_TIMEOUT))
         .map_err(|e| fail("timeout", e))?;
     let req =

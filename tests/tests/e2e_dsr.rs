@@ -161,3 +161,79 @@ fn dsr_ipv6_generic_mode_tcp_and_udp() {
 fn dsr_ipv6_native_mode_tcp_and_udp() {
     steer_through_vip("native", Family::V6);
 }
+
+/// 1500 connections from known source ports: every one lands exactly where the
+/// userspace model of the data plane (the same tables, computed without the kernel)
+/// says, and the three backends' shares are within 10% of even.
+#[test]
+fn spread_is_even_and_every_flow_lands_where_the_model_says() {
+    use lb_common::{FlowKey, GlobalConfig};
+    use lb_userspace::dataplane::{MapOps as _, Programmer, addr16, memory::MemoryDataplane};
+
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    const FLOWS: u16 = 1500;
+    let topo = Topology::build(&TopologyOptions::default());
+    let _servers: Vec<Server> = topo
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| Server::http(ns, VIP, HTTP_PORT, &format!("backend-{}", i + 1)))
+        .collect();
+    let text = config("generic", Family::V4, 3);
+    let lbd = LbdProcess::start(&topo.lb, &text);
+
+    // The model: the agent's own specs, programmed into the in-memory data plane.
+    let parsed = lb_userspace::config::parse(&text, "model").expect("config");
+    let specs = lb_userspace::agent::service_specs(&parsed);
+    let mut model = MemoryDataplane::default();
+    model
+        .set_config(GlobalConfig {
+            hash_seed: parsed.node.hash_seed,
+            ..GlobalConfig::default()
+        })
+        .expect("config");
+    let mut programmer = Programmer::default();
+    programmer
+        .apply(&mut model, &specs, std::time::Instant::now())
+        .expect("program");
+    let web = &specs[0];
+    let predicted = |sport: u16| -> String {
+        let key = FlowKey {
+            src: addr16(lb_testbed::topology::CLIENT_ADDR.into()),
+            dst: addr16(VIP.into()),
+            src_port_be: sport.to_be(),
+            dst_port_be: HTTP_PORT.to_be(),
+            proto: 6,
+            ..FlowKey::default()
+        };
+        let choice = model.choose(&web.key, &key).expect("a backend");
+        let addr = programmer.service(&web.key).expect("web").backends[choice.list_index as usize];
+        let i = (0..3)
+            .position(|i| IpAddr::from(backend_addr(i)) == addr)
+            .expect("known backend");
+        format!("backend-{}", i + 1)
+    };
+
+    let results = lb_testbed::traffic::http_requests_from(
+        &topo.client,
+        lb_testbed::topology::CLIENT_ADDR.into(),
+        VIP.into(),
+        HTTP_PORT,
+        20000..20000 + FLOWS,
+    );
+    let mut counts = std::collections::BTreeMap::new();
+    for (sport, result) in results {
+        let served = result.unwrap_or_else(|e| panic!("{e}\nlbd log:\n{}", lbd.log()));
+        assert_eq!(served, predicted(sport), "flow from port {sport}");
+        *counts.entry(served).or_insert(0u32) += 1;
+    }
+    eprintln!("{FLOWS} flows over three backends: {counts:?}");
+    let even = u32::from(FLOWS) / 3;
+    for (name, n) in &counts {
+        assert!(
+            n.abs_diff(even) * 10 <= even,
+            "{name} served {n}, more than 10% off {even}: {counts:?}"
+        );
+    }
+    assert_eq!(counts.len(), 3, "{counts:?}");
+}

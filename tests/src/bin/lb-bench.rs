@@ -34,15 +34,19 @@ enum Class {
     EstablishedV4,
     EstablishedV6,
     NewFlowV4,
+    NatEstablished,
+    NatReply,
 }
 
 impl Class {
-    const ALL: [Class; 5] = [
+    const ALL: [Class; 7] = [
         Class::Floor,
         Class::NonVip,
         Class::EstablishedV4,
         Class::EstablishedV6,
         Class::NewFlowV4,
+        Class::NatEstablished,
+        Class::NatReply,
     ];
 
     fn name(self) -> &'static str {
@@ -52,6 +56,8 @@ impl Class {
             Class::EstablishedV4 => "established TCP v4 (conntrack hit)",
             Class::EstablishedV6 => "established TCP v6 (conntrack hit)",
             Class::NewFlowV4 => "new flow v4 (Maglev + conntrack insert)",
+            Class::NatEstablished => "nat established TCP v4 (tail call + SNAT)",
+            Class::NatReply => "nat reply v4 (translated back)",
         }
     }
 
@@ -67,6 +73,13 @@ fn services() -> Vec<ServiceSpec> {
     let b4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
     let b6: Vec<IpAddr> = (0..3).map(|i| backend6(i).0).collect();
     vec![
+        ServiceSpec {
+            name: "nat".into(),
+            key: vip_key(VIP.into(), 8080, TCP),
+            mode: ForwardingMode::Nat,
+            backends: (0..3).map(|i| backend(i).0).collect(),
+            table_size: None,
+        },
         ServiceSpec {
             name: "web".into(),
             key: vip_key(VIP.into(), 80, TCP),
@@ -86,6 +99,7 @@ fn services() -> Vec<ServiceSpec> {
 
 fn rig() -> XdpRig {
     let mut rig = XdpRig::load(SEED);
+    rig.set_nat(20000, 40000);
     for s in services() {
         rig.program(s);
     }
@@ -109,8 +123,28 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
             b"payload",
         ),
         Class::EstablishedV6 => Packet::tcp6(eth6, CLIENT6, 40000, VIP6, 80, b"payload"),
+        Class::NatEstablished | Class::NatReply => {
+            Packet::tcp4(eth, CLIENT, 40000, VIP, 8080, b"payload")
+        }
     }
     .bytes;
+    if class == Class::NatReply {
+        // Establish the flow, then replay the backend's answer to the NAT port.
+        let (out, _) = rig.run_timed(&packet, false);
+        assert_eq!(out.action, action::TX, "nat flow");
+        let to = Ipv4Addr::new(out.bytes[30], out.bytes[31], out.bytes[32], out.bytes[33]);
+        let nat_port = u16::from_be_bytes([out.bytes[34], out.bytes[35]]);
+        let eth = Packet::eth(HOST_MAC, [2, 0, 0, 0, 0, 0x99], 0x0800);
+        packet = Packet::tcp4(
+            eth,
+            to,
+            8080,
+            lb_testbed::fixture::NAT_ADDR,
+            nat_port,
+            b"payload",
+        )
+        .bytes;
+    }
     let floor = class == Class::Floor;
     // Warm up: the established classes need their conntrack entry first.
     let (out, _) = rig.run_timed(&packet, floor);
@@ -216,7 +250,6 @@ fn main() -> ExitCode {
             med - floor
         );
     }
-    println!("nat reply: n/a (nat mode not implemented yet)");
     ExitCode::SUCCESS
 }
 
