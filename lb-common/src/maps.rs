@@ -11,6 +11,8 @@ pub mod names {
     pub const XDP_PROGRAM: &str = "lb_xdp";
     /// The `nat` program, tail-called from the ingress program.
     pub const NAT_PROGRAM: &str = "lb_nat";
+    /// The `nat` ICMP-error program, tail-called from the ingress program.
+    pub const NAT_ICMP_PROGRAM: &str = "lb_nat_icmp";
     /// Tail-call targets.
     pub const PROGS: &str = "LB_PROGS_V1";
     /// A program that passes everything (benchmark floor, veth peers).

@@ -215,3 +215,119 @@ pub fn echo_reply(ctx: &XdpContext, pkt: &Packet, l3: usize, l4: usize) -> Verdi
         Counter::TxIcmpEchoReply,
     )
 }
+
+/// `nat` mode: an ICMP error about a reply the node sent (VIP → client, translated
+/// from backend → NAT address) is rewritten to be about the packet the backend really
+/// sent, and addressed to that backend: outer destination VIP → backend, quoted source
+/// VIP → backend and quoted destination client → NAT address and port. The ICMP
+/// checksum (and for IPv4 both IP header checksums) follow; the quoted TCP/UDP
+/// checksum is left alone (receivers do not check it in an ICMP quote).
+///
+/// False if a header is not in the packet.
+#[inline(always)]
+pub fn nat_translate(
+    ctx: &XdpContext,
+    pkt: &Packet,
+    backend: &[u8; 16],
+    nat: &[u8; 16],
+    nat_port_be: u16,
+) -> bool {
+    let inner = pkt.l4 + ICMP_LEN;
+    let Some(icmp) = ptr_at::<IcmpHdr>(ctx, pkt.l4) else {
+        return false;
+    };
+    // SAFETY: every pointer is bounds-checked by ptr_at; the packet is not resized.
+    unsafe {
+        let mut sum = u32::from(!u16::from_ne_bytes((*icmp).check));
+        if pkt.ipv6 {
+            let Some(outer) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
+                return false;
+            };
+            let Some(quoted) = ptr_at::<Ipv6Hdr>(ctx, inner) else {
+                return false;
+            };
+            let Some(ports) = ptr_at::<[u8; 4]>(ctx, inner + IPV6_LEN) else {
+                return false;
+            };
+            // The ICMPv6 checksum covers the outer destination (pseudo header) too.
+            sum = csum_diff((*outer).dst.as_ptr(), backend.as_ptr(), 16, sum);
+            sum = csum_diff((*quoted).src.as_ptr(), backend.as_ptr(), 16, sum);
+            sum = csum_diff((*quoted).dst.as_ptr(), nat.as_ptr(), 16, sum);
+            let new_ports = quoted_ports(&*ports, nat_port_be);
+            sum = csum_diff(ports.cast(), new_ports.as_ptr(), 4, sum);
+            (*outer).dst = *backend;
+            (*quoted).src = *backend;
+            (*quoted).dst = *nat;
+            *ports = new_ports;
+        } else {
+            let Some(outer) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
+                return false;
+            };
+            let Some(quoted) = ptr_at::<Ipv4Hdr>(ctx, inner) else {
+                return false;
+            };
+            let Some(ports) = ptr_at::<[u8; 4]>(ctx, inner + IPV4_LEN) else {
+                return false;
+            };
+            let (backend4, nat4) = (backend.as_ptr().add(12), nat.as_ptr().add(12));
+            // Outer header: destination VIP → backend (ICMPv4 has no pseudo header).
+            let outer_sum = csum_diff(
+                (*outer).dst.as_ptr(),
+                backend4,
+                4,
+                u32::from(!u16::from_ne_bytes((*outer).check)),
+            );
+            (*outer).check = (!crate::csum::fold(outer_sum)).to_ne_bytes();
+            (*outer).dst = crate::csum::v4_of(backend);
+            // Quoted header: new addresses, its checksum updated, and all of that
+            // (checksum field included) reflected in the ICMP checksum.
+            let old_check_word = [
+                (*quoted).ttl,
+                (*quoted).proto,
+                (*quoted).check[0],
+                (*quoted).check[1],
+            ];
+            let mut q = u32::from(!u16::from_ne_bytes((*quoted).check));
+            q = csum_diff((*quoted).src.as_ptr(), backend4, 4, q);
+            q = csum_diff((*quoted).dst.as_ptr(), nat4, 4, q);
+            let new_check = (!crate::csum::fold(q)).to_ne_bytes();
+            let new_check_word = [
+                old_check_word[0],
+                old_check_word[1],
+                new_check[0],
+                new_check[1],
+            ];
+            sum = csum_diff(old_check_word.as_ptr(), new_check_word.as_ptr(), 4, sum);
+            sum = csum_diff((*quoted).src.as_ptr(), backend4, 4, sum);
+            sum = csum_diff((*quoted).dst.as_ptr(), nat4, 4, sum);
+            let new_ports = quoted_ports(&*ports, nat_port_be);
+            sum = csum_diff(ports.cast(), new_ports.as_ptr(), 4, sum);
+            (*quoted).check = new_check;
+            (*quoted).src = crate::csum::v4_of(backend);
+            (*quoted).dst = crate::csum::v4_of(nat);
+            *ports = new_ports;
+        }
+        (*icmp).check = (!crate::csum::fold(sum)).to_ne_bytes();
+    }
+    true
+}
+
+/// The quoted ports after translation: the source (the service port, which the backend
+/// also used) stays, the destination becomes the NAT port.
+#[inline(always)]
+fn quoted_ports(old: &[u8; 4], nat_port_be: u16) -> [u8; 4] {
+    let p = nat_port_be.to_ne_bytes();
+    [old[0], old[1], p[0], p[1]]
+}
+
+/// `bpf_csum_diff` over `len` bytes, continuing the sum `seed`.
+///
+/// # Safety
+/// Both pointers valid for `len` bytes; `len` a multiple of 4.
+#[inline(always)]
+unsafe fn csum_diff(old: *const u8, new: *const u8, len: u32, seed: u32) -> u32 {
+    // SAFETY: per the contract; the helper only reads.
+    unsafe {
+        aya_ebpf::helpers::bpf_csum_diff(old as *mut u32, len, new as *mut u32, len, seed) as u32
+    }
+}

@@ -99,8 +99,11 @@ fn steer(ctx: &XdpContext) -> Verdict {
         }
         return Verdict::pass(Counter::PassNotVip);
     };
-    if vip.mode == ForwardingMode::Nat as u32 && pkt.kind == Kind::Flow {
-        return to_nat_program(ctx);
+    if vip.mode == ForwardingMode::Nat as u32 {
+        return match pkt.kind {
+            Kind::IcmpError => tail_call(ctx, maps::PROG_NAT_ICMP),
+            _ => to_nat_program(ctx),
+        };
     }
     if vip.mode == ForwardingMode::L7 as u32 {
         return Verdict::pass(Counter::PassL7);
@@ -132,9 +135,57 @@ fn steer(ctx: &XdpContext) -> Verdict {
 /// installed `lb_nat`), and then the packet is dropped.
 #[inline(always)]
 fn to_nat_program(ctx: &XdpContext) -> Verdict {
+    tail_call(ctx, maps::PROG_NAT)
+}
+
+#[inline(always)]
+fn tail_call(ctx: &XdpContext, index: u32) -> Verdict {
     // SAFETY: ctx is this program's context; PROGS holds only XDP programs.
-    unsafe { maps::PROGS.tail_call(ctx, maps::PROG_NAT) };
+    unsafe { maps::PROGS.tail_call(ctx, index) };
     Verdict::drop(Counter::DropNatUnavailable)
+}
+
+/// `nat` mode ICMP errors about the node's translated replies, reached by tail call
+/// from `lb_xdp`: translated to be about the backend's own packet and sent to it.
+#[xdp]
+pub fn lb_nat_icmp(ctx: XdpContext) -> u32 {
+    let verdict = steer_nat_icmp(&ctx);
+    stats::count(verdict.reason);
+    verdict.action
+}
+
+#[inline(always)]
+fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
+    let pkt = match parse::packet::<true>(ctx) {
+        Ok(pkt) if pkt.kind == Kind::IcmpError => pkt,
+        Ok(_) => return Verdict::pass(Counter::PassNotVip),
+        Err(verdict) => return verdict,
+    };
+    // SAFETY: plain data replaced whole by updates.
+    #[expect(
+        clippy::needless_borrows_for_generic_args,
+        reason = "passing the key by value would copy it onto the stack"
+    )]
+    let Some(entry) = (unsafe { maps::CONNTRACK.get(&pkt.key) }) else {
+        // Not a flow we know: nobody to tell.
+        return Verdict::pass(Counter::PassNotVip);
+    };
+    let backend_id = entry.backend_id;
+    let nat_port_be = entry.nat_port_be;
+    let Some(backend) = maps::BACKENDS.get(backend_id) else {
+        return Verdict::drop(Counter::DropNoBackend);
+    };
+    let Some(nat) = nat::nat_addr_of(pkt.ipv6) else {
+        return Verdict::drop(Counter::DropNatUnavailable);
+    };
+    if !icmp::nat_translate(ctx, &pkt, &backend.addr, &nat, nat_port_be) {
+        return Verdict::drop(Counter::DropMalformed);
+    }
+    let mut verdict = forward::to_backend(ctx, &pkt, backend_id, backend);
+    if verdict.forwarded() {
+        verdict.reason = Counter::TxIcmpError;
+    }
+    verdict
 }
 
 /// `nat` flows, reached by tail call from `lb_xdp` (which counted the packet in

@@ -53,13 +53,16 @@ pub static ECHO_ADDRS: HashMap<lb_common::AddrKey, u32> =
 pub static NAT: LruHashMap<FlowKey, lb_common::NatEntry> =
     LruHashMap::with_max_entries(lb_common::maps::NAT_ENTRIES, BPF_F_NO_COMMON_LRU);
 
-/// Tail-call targets: index 0 is `lb_nat`, which handles `nat` flows in a stack frame
-/// of its own (the verifier allows 512 bytes per program).
+/// Tail-call targets: `lb_nat` (`nat` flows) and `lb_nat_icmp` (ICMP errors about
+/// them), each with a stack frame of its own (the verifier allows 512 bytes per
+/// program, and one program doing everything does not fit).
 #[map(name = "LB_PROGS_V1")]
-pub static PROGS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+pub static PROGS: ProgramArray = ProgramArray::with_max_entries(2, 0);
 
 /// Index of `lb_nat` in [`PROGS`].
 pub const PROG_NAT: u32 = 0;
+/// Index of `lb_nat_icmp` in [`PROGS`].
+pub const PROG_NAT_ICMP: u32 = 1;
 
 /// Node-wide settings at index 0.
 #[map(name = "LB_CONFIG_V3")]

@@ -39,6 +39,12 @@ fn nat_addr(cfg: &GlobalConfig, ipv6: bool) -> Option<[u8; 16]> {
     }
 }
 
+/// The node's NAT address for a family, if configured.
+#[inline(always)]
+pub fn nat_addr_of(ipv6: bool) -> Option<[u8; 16]> {
+    config().and_then(|c| nat_addr(c, ipv6))
+}
+
 /// Whether `dst` is the node's NAT address (so the packet may be a reply).
 #[inline(always)]
 pub fn is_nat_addr(dst: &[u8; 16], ipv6: bool) -> bool {

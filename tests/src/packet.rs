@@ -162,6 +162,19 @@ impl Packet {
         eth
     }
 
+    /// An ICMPv4 message (`body` starts with type and code; its checksum field is
+    /// filled in over the message alone: ICMPv4 has no pseudo header).
+    pub fn icmp4(eth: Self, src: Ipv4Addr, dst: Ipv4Addr, mut body: Vec<u8>) -> Self {
+        body[2..4].copy_from_slice(&[0, 0]);
+        let c = checksum(&[&body]);
+        body[2..4].copy_from_slice(&c.to_be_bytes());
+        let mut p = Self::ipv4_with(eth, src, dst, 1, body, 2, &[]);
+        // ipv4_with wrote a pseudo-header checksum; put the ICMP one back (the ICMP
+        // header follows the 14-byte Ethernet and 20-byte IPv4 headers).
+        p.bytes[36..38].copy_from_slice(&c.to_be_bytes());
+        p
+    }
+
     /// Inserts an 802.1Q tag with VLAN id `vid` after the MAC addresses.
     pub fn with_vlan(mut self, vid: u16) -> Self {
         let inner = [self.bytes[12], self.bytes[13]];

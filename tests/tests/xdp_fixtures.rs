@@ -523,18 +523,20 @@ fn echo_requests_to_a_vip_are_answered() {
         rig.program(svc(80, TCP, &three(backend)));
         rig.program(svc_at(IpAddr::V6(VIP6), 80, TCP, &three(backend6)));
 
-        let req = Packet::ipv4_with(eth(), CLIENT, VIP, 1, echo_body(8), 2, &[]);
+        let req = Packet::icmp4(eth(), CLIENT, VIP, echo_body(8));
         let out = run_expect(&mut rig, &req.bytes, action::TX, Counter::TxIcmpEchoReply);
-        let want = Packet::ipv4_with(
+        let want = Packet::icmp4(
             Packet::eth(CLIENT_MAC, HOST_MAC, 0x0800),
             VIP,
             CLIENT,
-            1,
             echo_body(0),
-            2,
-            &[],
         );
         assert_eq!(out.bytes, want.bytes, "the reply, checksums and all");
+        assert_eq!(
+            lb_testbed::packet::checksum(&[&out.bytes[34..]]),
+            0,
+            "ICMP checksum valid"
+        );
 
         let req = Packet::ipv6_with(eth6(), CLIENT6, VIP6, 58, &mut echo_body(128), 2);
         let out = run_expect(&mut rig, &req.bytes, action::TX, Counter::TxIcmpEchoReply);

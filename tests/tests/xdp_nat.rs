@@ -240,3 +240,106 @@ fn exhausted_port_range_drops_new_flows_only() {
         run(&mut rig, &first.bytes, action::TX, Counter::Tx);
     });
 }
+
+#[test]
+fn icmp_errors_about_nat_replies_reach_the_backend_translated() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        // IPv4: a flow, then a router's "fragmentation needed" about our reply to it.
+        let syn = Packet::tcp4(
+            Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800),
+            CLIENT_ADDR,
+            40007,
+            VIP,
+            80,
+            b"",
+        );
+        let out = run(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+        let backend_addr = [out.bytes[30], out.bytes[31], out.bytes[32], out.bytes[33]];
+        let nat_port = port_at(&out.bytes, 34);
+        let backend_mac: [u8; 6] = out.bytes[..6].try_into().expect("mac");
+        let reply = Packet::tcp4(
+            Packet::eth([0; 6], [0; 6], 0x0800),
+            VIP,
+            80,
+            CLIENT_ADDR,
+            40007,
+            b"",
+        );
+        let mut body = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00];
+        body.extend_from_slice(&reply.bytes[14..14 + 28]);
+        let router = Ipv4Addr::new(198, 18, 0, 254);
+        let err = Packet::icmp4(Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800), router, VIP, body);
+        assert_eq!(
+            checksum(&[&err.bytes[34..]]),
+            0,
+            "the input's ICMP checksum is valid"
+        );
+        let out = run(&mut rig, &err.bytes, action::TX, Counter::TxIcmpError);
+        assert_eq!(&out.bytes[..6], &backend_mac, "to the flow's backend");
+        assert_eq!(&out.bytes[26..30], &router.octets(), "outer source kept");
+        assert_eq!(
+            &out.bytes[30..34],
+            &backend_addr,
+            "outer destination: the backend"
+        );
+        assert_eq!(checksum(&[&out.bytes[14..34]]), 0, "outer IP checksum");
+        assert_eq!(checksum(&[&out.bytes[34..]]), 0, "ICMP checksum");
+        let quoted = &out.bytes[42..];
+        assert_eq!(checksum(&[&quoted[..20]]), 0, "quoted IP checksum");
+        assert_eq!(&quoted[12..16], &backend_addr, "quoted source: the backend");
+        assert_eq!(
+            &quoted[16..20],
+            &NAT_ADDR.octets(),
+            "quoted destination: the NAT address"
+        );
+        assert_eq!((port_at(quoted, 20), port_at(quoted, 22)), (80, nat_port));
+
+        // IPv6 "packet too big".
+        let syn = Packet::tcp6(
+            Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd),
+            CLIENT_ADDR6,
+            40008,
+            VIP6,
+            443,
+            b"",
+        );
+        let out = run(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+        let backend6: [u8; 16] = out.bytes[38..54].try_into().expect("addr");
+        let nat_port = port_at(&out.bytes, 54);
+        let reply = Packet::tcp6(
+            Packet::eth([0; 6], [0; 6], 0x86dd),
+            VIP6,
+            443,
+            CLIENT_ADDR6,
+            40008,
+            b"",
+        );
+        let mut body = vec![2, 0, 0, 0, 0, 0, 0x05, 0x00];
+        body.extend_from_slice(&reply.bytes[14..14 + 48]);
+        let router6 = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0xfe);
+        let err = Packet::ipv6_with(
+            Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd),
+            router6,
+            VIP6,
+            58,
+            &mut body,
+            2,
+        );
+        let out = run(&mut rig, &err.bytes, action::TX, Counter::TxIcmpError);
+        assert_eq!(
+            &out.bytes[38..54],
+            &backend6,
+            "outer destination: the backend"
+        );
+        let quoted = &out.bytes[62..];
+        assert_eq!(&quoted[8..24], &backend6);
+        assert_eq!(&quoted[24..40], &NAT_ADDR6.octets());
+        assert_eq!((port_at(quoted, 40), port_at(quoted, 42)), (443, nat_port));
+        let mut pseudo = out.bytes[22..54].to_vec();
+        pseudo.extend_from_slice(&((out.bytes.len() - 54) as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 58]);
+        assert_eq!(checksum(&[&pseudo, &out.bytes[54..]]), 0, "ICMPv6 checksum");
+    });
+}

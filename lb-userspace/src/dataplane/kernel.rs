@@ -144,22 +144,27 @@ impl KernelDataplane {
         let prog = xdp_of(&mut ebpf)?;
         prog.load()
             .map_err(program_error("loading the XDP program"))?;
-        // lb_nat runs nat flows by tail call from lb_xdp; its slot is replaced in place
-        // on a restart (the pinned array outlives lbd).
+        // lb_nat and lb_nat_icmp run by tail call from lb_xdp; their slots are replaced
+        // in place on a restart (the pinned array outlives lbd).
         let mut progs: ProgramArray<MapData> = take(&mut ebpf, names::PROGS)?;
-        let nat: &mut Xdp = ebpf
-            .program_mut(names::NAT_PROGRAM)
-            .ok_or(DataplaneError::Missing {
-                what: "program",
-                name: names::NAT_PROGRAM,
-            })?
-            .try_into()
-            .map_err(program_error("lb_nat is not XDP"))?;
-        nat.load().map_err(program_error("loading lb_nat"))?;
-        let fd = nat.fd().map_err(program_error("lb_nat has no fd"))?;
-        progs
-            .set(0, fd, 0)
-            .map_err(map_error("set", names::PROGS))?;
+        for (slot, name) in [(0, names::NAT_PROGRAM), (1, names::NAT_ICMP_PROGRAM)] {
+            let prog: &mut Xdp = ebpf
+                .program_mut(name)
+                .ok_or(DataplaneError::Missing {
+                    what: "program",
+                    name,
+                })?
+                .try_into()
+                .map_err(program_error(format!("{name} is not XDP")))?;
+            prog.load()
+                .map_err(program_error(format!("loading {name}")))?;
+            let fd = prog
+                .fd()
+                .map_err(program_error(format!("{name} has no fd")))?;
+            progs
+                .set(slot, fd, 0)
+                .map_err(map_error("set", names::PROGS))?;
+        }
         Ok(Self {
             vips: take(&mut ebpf, names::VIPS)?,
             backends: take(&mut ebpf, names::BACKENDS)?,
