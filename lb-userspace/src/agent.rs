@@ -88,6 +88,7 @@ pub fn service_specs(config: &ValidConfig) -> Vec<ServiceSpec> {
             },
             backends: svc.backends.iter().map(|b| b.address).collect(),
             table_size: svc.table_size,
+            weights: svc.backends.iter().map(|b| b.weight).collect(),
         })
         .collect()
 }

@@ -39,18 +39,38 @@ pub fn is_prime(n: u32) -> bool {
     true
 }
 
-/// Builds the table: slot → index into `backends`. `size` must be a prime larger than
-/// the number of backends (so every permutation visits every slot).
+/// Builds the table with equal weights: slot → index into `backends`. `size` must be a
+/// prime larger than the number of backends (so every permutation visits every slot).
 ///
 /// # Panics
 /// If `backends` has more than `u16::MAX` entries or `size` is not larger than it;
 /// callers validate both.
 pub fn build(backends: &[IpAddr], size: u32) -> Vec<u16> {
+    build_weighted(backends, &[], size)
+}
+
+/// Builds the table with weights (`weights[i]` for `backends[i]`; empty means all 1).
+///
+/// Backends take turns as in Maglev, but in round `r` backend `i` places a slot only if
+/// `⌊(r+1)·wᵢ/w_max⌋ > ⌊r·wᵢ/w_max⌋`, so its share of slots follows `wᵢ/Σw` (within one
+/// slot per backend) and equal weights give exactly the unweighted table. A backend of
+/// weight 0 gets no slots (no new flows) but keeps its place in the list, so its
+/// established flows are untouched. All weights 0 gives an empty table.
+///
+/// # Panics
+/// As [`build`], or if `weights` is neither empty nor as long as `backends`.
+pub fn build_weighted(backends: &[IpAddr], weights: &[u32], size: u32) -> Vec<u16> {
+    assert!(
+        weights.is_empty() || weights.len() == backends.len(),
+        "one weight per backend"
+    );
+    let weight = |i: usize| u64::from(weights.get(i).copied().unwrap_or(1));
     assert!(
         backends.len() <= usize::from(u16::MAX),
         "too many backends for u16 slots"
     );
-    if backends.is_empty() {
+    let w_max = (0..backends.len()).map(weight).max().unwrap_or(0);
+    if w_max == 0 {
         return Vec::new();
     }
     assert!(
@@ -70,8 +90,13 @@ pub fn build(backends: &[IpAddr], size: u32) -> Vec<u16> {
     let mut next = vec![0u64; backends.len()];
     let mut table = vec![u16::MAX; size as usize];
     let mut filled = 0u32;
+    let mut round = 0u64;
     'fill: loop {
         for (i, &(offset, skip)) in perms.iter().enumerate() {
+            let w = weight(i);
+            if (round + 1) * w / w_max == round * w / w_max {
+                continue;
+            }
             let mut slot = (offset + next[i] * skip) % m;
             while table[slot as usize] != u16::MAX {
                 next[i] += 1;
@@ -84,6 +109,7 @@ pub fn build(backends: &[IpAddr], size: u32) -> Vec<u16> {
                 break 'fill;
             }
         }
+        round += 1;
     }
     table
 }
@@ -193,6 +219,42 @@ mod tests {
         let mut s = shares(&build(&b, 509), 2);
         s.sort_unstable();
         assert_eq!(s, vec![254, 255]);
+    }
+
+    #[test]
+    fn weighted_shares_follow_the_weights() {
+        let backends: Vec<IpAddr> = (0..4).map(|i| v4(10 + i)).collect();
+        let weights = [1, 2, 3, 4];
+        let m = 65521;
+        let t = build_weighted(&backends, &weights, m);
+        let total: u32 = weights.iter().sum();
+        for (i, c) in shares(&t, 4).into_iter().enumerate() {
+            let want = f64::from(m) * f64::from(weights[i]) / f64::from(total);
+            assert!(
+                (c as f64 - want).abs() <= 4.0,
+                "backend {i}: {c} slots, want {want:.0}"
+            );
+        }
+        assert_eq!(
+            build_weighted(&backends, &[5, 5, 5, 5], m),
+            build(&backends, m),
+            "equal weights = unweighted"
+        );
+    }
+
+    #[test]
+    fn weight_zero_gets_no_slots_and_a_weight_change_moves_about_the_delta() {
+        let backends: Vec<IpAddr> = (0..3).map(|i| v4(10 + i)).collect();
+        let m = 65521;
+        let drained = build_weighted(&backends, &[1, 0, 1], m);
+        assert_eq!(shares(&drained, 3)[1], 0);
+        assert!(build_weighted(&backends, &[0, 0, 0], m).is_empty());
+        // Backend 2 from weight 1 to 2: its share goes 1/3 → 1/2, so about 1/6 of the
+        // slots must move (all of them to backend 2), and little else.
+        let before = build_weighted(&backends, &[1, 1, 1], m);
+        let after = build_weighted(&backends, &[1, 1, 2], m);
+        let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count() as f64 / f64::from(m);
+        assert!((0.16..0.25).contains(&moved), "{:.1}% moved", moved * 100.0);
     }
 
     #[test]

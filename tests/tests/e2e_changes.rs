@@ -112,6 +112,34 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
         fresh.served
     );
 
+    // Weights: drain backend-2 (weight 0), favour backend-4. Established flows — also
+    // those on the drained backend — stay; new ones avoid backend-2.
+    let weighted = config(&[1, 2, 3])
+        .replace(
+            &format!("{{ address = \"{}\" }}", backend_addr(1)),
+            &format!("{{ address = \"{}\", weight = 0 }}", backend_addr(1)),
+        )
+        .replace(
+            &format!("{{ address = \"{}\" }}", backend_addr(3)),
+            &format!("{{ address = \"{}\", weight = 3 }}", backend_addr(3)),
+        );
+    assert_ne!(weighted, config(&[1, 2, 3]), "the weights were written");
+    let outcome = lbd.reload(&weighted);
+    assert!(outcome.contains("reloaded"), "{outcome}");
+    assert_all_held_intact(&mut held, &on, "after-weights");
+    let fresh = http_requests(&topo.client, VIP, HTTP_PORT, 120);
+    assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
+    assert!(
+        !fresh.served.contains_key("backend-2"),
+        "drained backend got new flows: {:?}",
+        fresh.served
+    );
+    let (b3, b4) = (
+        fresh.served.get("backend-3").copied().unwrap_or(0),
+        fresh.served.get("backend-4").copied().unwrap_or(0),
+    );
+    assert!(b4 > 2 * b3, "weight 3 vs 1: {:?}", fresh.served);
+
     // A broken file is reported and changes nothing.
     let outcome = lbd.reload("[node]\ninterface = \"eth0\"\n[[service]]\nname = 1\n");
     assert!(outcome.contains("reload rejected"), "{outcome}");

@@ -113,3 +113,8 @@ fn nat_ipv4_native() {
 fn nat_ipv6_generic() {
     nat_round_trips("generic", true);
 }
+
+#[test]
+fn nat_ipv6_native() {
+    nat_round_trips("native", true);
+}

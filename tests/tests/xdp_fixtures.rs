@@ -32,6 +32,7 @@ fn svc_at(vip: IpAddr, port: u16, proto: u8, backends: &[IpAddr]) -> ServiceSpec
         mode: ForwardingMode::Dsr,
         backends: backends.to_vec(),
         table_size: None,
+        weights: Vec::new(),
     }
 }
 

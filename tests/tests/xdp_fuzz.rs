@@ -11,9 +11,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_common::ForwardingMode;
 use lb_testbed::{
-    fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6},
+    fixture::{
+        CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, XdpRig, action, backend, backend6,
+    },
     is_root,
-    packet::{Packet, TCP, UDP},
+    packet::{Packet, TCP, UDP, checksum},
 };
 use lb_userspace::dataplane::{ServiceSpec, vip_key};
 
@@ -33,6 +35,11 @@ fn vips() -> Vec<(IpAddr, u16, u8)> {
         (VIP6.into(), 443, TCP),
         (VIP6.into(), 53, UDP),
     ]
+}
+
+/// `nat` services: (address, port, protocol).
+fn nat_vips() -> Vec<(IpAddr, u16, u8)> {
+    vec![(VIP.into(), 8080, TCP), (VIP6.into(), 8080, UDP)]
 }
 
 /// SplitMix64: small, fast, deterministic (a failure reproduces from its seed).
@@ -123,7 +130,7 @@ fn plausible(rng: &mut Rng) -> Vec<u8> {
         };
     }
     let sport = rng.below(65536) as u16;
-    let ports = [80u16, 53, 443, 22, rng.below(65536) as u16];
+    let ports = [80u16, 53, 443, 8080, 22, rng.below(65536) as u16];
     let dport = ports[rng.below(ports.len() as u64) as usize];
     let payload = vec![0xabu8; rng.below(64) as usize];
     let v6 = rng.below(2) == 0;
@@ -191,6 +198,8 @@ enum Fate {
     /// TCP/UDP to a configured VIP, or an ICMP error about such a flow: forwarded,
     /// untouched above layer 2.
     Forward,
+    /// TCP/UDP to a `nat` VIP: forwarded with source and destination translated.
+    Nat,
     /// An echo request to a VIP address: answered in place.
     Echo,
     /// Everything else that is well formed: passed untouched.
@@ -209,7 +218,7 @@ fn classify_icmp(b: &[u8], l4: usize, dst: IpAddr, v6: bool) -> Fate {
     let (kind, code) = (b[l4], b[l4 + 1]);
     let (echo, error) = if v6 { (128, 2) } else { (8, 3) };
     if kind == echo && code == 0 {
-        return if vips().iter().any(|&(a, _, _)| a == dst) {
+        return if vips().iter().chain(&nat_vips()).any(|&(a, _, _)| a == dst) {
             Fate::Echo
         } else {
             Fate::Pass
@@ -313,7 +322,12 @@ fn classify(b: &[u8]) -> Option<Fate> {
     let _ = ip_end;
     let ports = b.get(l4..l4 + 4)?;
     let dport = u16::from_be_bytes([ports[2], ports[3]]);
-    Some(if is_vip(dst, dport, proto) {
+    let nat = nat_vips()
+        .iter()
+        .any(|&(a, p, pr)| a == dst && pr == proto && p == dport);
+    Some(if nat {
+        Fate::Nat
+    } else if is_vip(dst, dport, proto) {
         Fate::Forward
     } else {
         Fate::Pass
@@ -364,22 +378,29 @@ fn a_million_random_and_mutated_packets() {
         let mut rig = XdpRig::load(0x5eed);
         let b4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
         let b6: Vec<IpAddr> = (0..3).map(|i| backend6(i).0).collect();
-        for (addr, port, proto) in vips() {
+        rig.set_nat(20000, 40000);
+        let modes = vips()
+            .into_iter()
+            .map(|v| (v, ForwardingMode::Dsr))
+            .chain(nat_vips().into_iter().map(|v| (v, ForwardingMode::Nat)));
+        for ((addr, port, proto), mode) in modes {
             rig.program(ServiceSpec {
                 name: format!("{addr}:{port}/{proto}"),
                 key: vip_key(addr, port, proto),
-                mode: ForwardingMode::Dsr,
+                mode,
                 backends: if addr.is_ipv6() {
                     b6.clone()
                 } else {
                     b4.clone()
                 },
                 table_size: None,
+                weights: Vec::new(),
             });
         }
         let macs = backend_macs();
         let mut rng = Rng(0x1b_5eed);
-        let (mut forwarded, mut passed, mut dropped, mut echoed) = (0u64, 0u64, 0u64, 0u64);
+        let (mut forwarded, mut passed, mut dropped, mut echoed, mut translated) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
         for n in 0..PACKETS {
             let base = plausible(&mut rng);
             let input = mutate(&mut rng, base);
@@ -390,6 +411,10 @@ fn a_million_random_and_mutated_packets() {
                 action::TX if expect == Some(Fate::Echo) => {
                     echoed += 1;
                     assert_echo_reply(&input, &out.bytes, &ctx);
+                }
+                action::TX if expect == Some(Fate::Nat) => {
+                    translated += 1;
+                    assert_nat_forward(&input, &out.bytes, &macs, &ctx);
                 }
                 action::TX => {
                     forwarded += 1;
@@ -427,17 +452,88 @@ fn a_million_random_and_mutated_packets() {
                 other => panic!("unexpected action {other}: {}", ctx()),
             }
         }
-        eprintln!(
-            "{forwarded} forwarded, {passed} passed, {dropped} dropped, {echoed} echo replies"
-        );
+        eprintln!("{forwarded} forwarded, {translated} nat-translated, {passed} passed, {dropped} dropped, {echoed} echo replies");
         // The generator must exercise every outcome, or the test proves little.
         for (what, n) in [
+            ("translated", translated),
             ("answered", echoed),
             ("forwarded", forwarded),
             ("passed", passed),
             ("dropped", dropped),
         ] {
-            assert!(n > PACKETS / 50, "only {n} packets {what}");
+            assert!(n > PACKETS / 100, "only {n} packets {what}");
         }
     });
+}
+
+/// IP layout of a frame: (l3 offset, IPv6?, protocol, l4 offset, l4 length).
+fn layout(b: &[u8]) -> (usize, bool, u8, usize, usize) {
+    let l3 = if b[12..14] == [0x81, 0x00] { 18 } else { 14 };
+    if b[l3] >> 4 == 6 {
+        let len = usize::from(u16::from_be_bytes([b[l3 + 4], b[l3 + 5]]));
+        (l3, true, b[l3 + 6], l3 + 40, len)
+    } else {
+        let len = usize::from(u16::from_be_bytes([b[l3 + 2], b[l3 + 3]])) - 20;
+        (l3, false, b[l3 + 9], l3 + 20, len)
+    }
+}
+
+/// Whether every checksum of a TCP/UDP frame is valid (UDP/IPv4 zero = none).
+fn checksums_valid(b: &[u8]) -> bool {
+    let (l3, v6, proto, l4, len) = layout(b);
+    let seg = &b[l4..l4 + len];
+    let mut pseudo = Vec::with_capacity(40);
+    if v6 {
+        pseudo.extend_from_slice(&b[l3 + 8..l3 + 40]);
+        pseudo.extend_from_slice(&(len as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, proto]);
+    } else {
+        if checksum(&[&b[l3..l3 + 20]]) != 0 {
+            return false;
+        }
+        pseudo.extend_from_slice(&b[l3 + 12..l3 + 20]);
+        pseudo.extend_from_slice(&[0, proto]);
+        pseudo.extend_from_slice(&(len as u16).to_be_bytes());
+        if proto == UDP && seg[6..8] == [0, 0] {
+            return true;
+        }
+    }
+    checksum(&[&pseudo, seg]) == 0
+}
+
+/// A `nat` forward: from the NAT address to a backend's address and MAC, same length,
+/// and valid checksums whenever the input had them.
+fn assert_nat_forward(input: &[u8], out: &[u8], macs: &[[u8; 6]], ctx: &dyn Fn() -> String) {
+    assert_eq!(out.len(), input.len(), "{}", ctx());
+    assert_eq!(&out[6..12], &HOST_MAC, "{}", ctx());
+    let dmac: [u8; 6] = out[..6].try_into().expect("6 bytes");
+    assert!(macs.contains(&dmac), "not a backend MAC: {}", ctx());
+    let (l3, v6, _, _, _) = layout(out);
+    let (src, dst): (IpAddr, IpAddr) = if v6 {
+        let s: [u8; 16] = out[l3 + 8..l3 + 24].try_into().expect("16");
+        let d: [u8; 16] = out[l3 + 24..l3 + 40].try_into().expect("16");
+        (s.into(), d.into())
+    } else {
+        let s: [u8; 4] = out[l3 + 12..l3 + 16].try_into().expect("4");
+        let d: [u8; 4] = out[l3 + 16..l3 + 20].try_into().expect("4");
+        (s.into(), d.into())
+    };
+    let nat: IpAddr = if v6 {
+        NAT_ADDR6.into()
+    } else {
+        NAT_ADDR.into()
+    };
+    assert_eq!(src, nat, "source is the NAT address: {}", ctx());
+    assert!(
+        (0..3).any(|i| backend(i).0 == dst || backend6(i).0 == dst),
+        "to a backend: {}",
+        ctx()
+    );
+    if checksums_valid(input) {
+        assert!(
+            checksums_valid(out),
+            "checksums broken by the translation: {}",
+            ctx()
+        );
+    }
 }

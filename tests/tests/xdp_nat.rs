@@ -25,6 +25,7 @@ fn nat_svc(vip: IpAddr, port: u16, proto: u8, backends: Vec<IpAddr>) -> ServiceS
         mode: ForwardingMode::Nat,
         backends,
         table_size: None,
+        weights: Vec::new(),
     }
 }
 

@@ -136,6 +136,13 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
                     format!("{} is not a usable backend address", b.address),
                 ));
             }
+            if b.weight > 10_000 {
+                return Err(invalid(
+                    span.clone(),
+                    at(&format!("backends[{j}].weight")),
+                    format!("{} is above the maximum of 10000", b.weight),
+                ));
+            }
             if !seen_backends.insert(b.address) {
                 return Err(invalid(
                     span.clone(),

@@ -237,4 +237,12 @@ pub struct BackendConfig {
     /// The backend's address, reachable from the node's interface; in `dsr` mode of
     /// the VIP's family (the packet is not rewritten above layer 2).
     pub address: IpAddr,
+    /// Relative share of new flows (default 1, at most 10000). 0 drains the backend:
+    /// no new flows, established ones continue.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
 }

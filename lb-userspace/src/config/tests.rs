@@ -187,3 +187,25 @@ fn nat_needs_a_source_address_of_its_family() {
     let two = ok.replace("[\"198.18.0.3\"]", "[\"198.18.0.3\", \"198.18.0.4\"]");
     assert!(err(&two).contains("node.nat_addresses: at most one IPv4 and one IPv6 address"));
 }
+
+#[test]
+fn backend_weights() {
+    let cfg = parse(
+        &GOOD.replace(
+            "{ address = \"198.18.0.12\" }",
+            "{ address = \"198.18.0.12\", weight = 0 }",
+        ),
+        "lbd.toml",
+    )
+    .expect("valid");
+    assert_eq!(cfg.services[0].backends[0].weight, 1, "default");
+    assert_eq!(cfg.services[0].backends[1].weight, 0);
+    let e = err(&GOOD.replace(
+        "{ address = \"198.18.0.12\" }",
+        "{ address = \"198.18.0.12\", weight = 20000 }",
+    ));
+    assert!(
+        e.contains("backends[1].weight: 20000 is above the maximum of 10000"),
+        "{e}"
+    );
+}

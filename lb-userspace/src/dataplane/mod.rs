@@ -128,6 +128,9 @@ pub struct ServiceSpec {
     pub backends: Vec<IpAddr>,
     /// Maglev table size; `None` picks [`crate::maglev::default_size`].
     pub table_size: Option<u32>,
+    /// Weights, one per backend in `backends` order; empty means all 1. A weight of 0
+    /// keeps the backend's established flows but gives it no new ones.
+    pub weights: Vec<u32>,
 }
 
 /// 16-byte form of an address as the data plane stores it (IPv4-mapped for IPv4).

@@ -79,6 +79,7 @@ fn services() -> Vec<ServiceSpec> {
             mode: ForwardingMode::Nat,
             backends: (0..3).map(|i| backend(i).0).collect(),
             table_size: None,
+            weights: Vec::new(),
         },
         ServiceSpec {
             name: "web".into(),
@@ -86,6 +87,7 @@ fn services() -> Vec<ServiceSpec> {
             mode: ForwardingMode::Dsr,
             backends: b4,
             table_size: None,
+            weights: Vec::new(),
         },
         ServiceSpec {
             name: "web6".into(),
@@ -93,6 +95,7 @@ fn services() -> Vec<ServiceSpec> {
             mode: ForwardingMode::Dsr,
             backends: b6,
             table_size: None,
+            weights: Vec::new(),
         },
     ]
 }

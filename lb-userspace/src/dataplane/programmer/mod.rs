@@ -144,6 +144,9 @@ impl Programmer {
                 mode,
                 backends: backends.clone(),
                 table_size: Some(info.table_size),
+                // Not recoverable from the table: the first apply reprograms the
+                // service (atomically, same backend ids).
+                weights: Vec::new(),
             };
             self.services.insert(
                 *key,
@@ -234,7 +237,17 @@ impl Programmer {
                 format!("{n} backends; at most {MAX_BACKENDS_PER_SERVICE}"),
             ));
         }
-        let size = match (n, spec.table_size) {
+        if !spec.weights.is_empty() && spec.weights.len() != n {
+            return Err(invalid(
+                spec,
+                format!("{} weights for {n} backends", spec.weights.len()),
+            ));
+        }
+        // Backends that take new flows decide whether there is a table at all.
+        let weighted = (0..n)
+            .filter(|&i| spec.weights.get(i).is_none_or(|&w| w > 0))
+            .count();
+        let size = match (weighted, spec.table_size) {
             (0, _) => 0,
             (_, Some(m)) if !maglev::is_prime(m) || m as usize <= n || m > MAX_TABLE_SIZE => {
                 return Err(invalid(
@@ -289,7 +302,11 @@ impl Programmer {
         for (i, &id) in backend_ids.iter().enumerate() {
             ops.put_list_entry(list_base + i as u32, id)?;
         }
-        let table = maglev::build(&spec.backends, size);
+        let table = if size == 0 {
+            Vec::new()
+        } else {
+            maglev::build_weighted(&spec.backends, &spec.weights, size)
+        };
         let table_base = if size == 0 {
             0
         } else {

@@ -16,6 +16,7 @@ fn spec(port: u16, backends: &[IpAddr]) -> ServiceSpec {
         mode: ForwardingMode::Dsr,
         backends: backends.to_vec(),
         table_size: None,
+        weights: Vec::new(),
     }
 }
 
@@ -252,4 +253,33 @@ fn echo_is_answered_for_dsr_vips_only() {
     p.set_answer_ping(false);
     p.apply(&mut dp, &[spec(80, &[v4(11)])], t0).expect("apply");
     assert!(dp.echo.is_empty(), "answer_ping = false");
+}
+
+#[test]
+fn weights_shape_the_table_and_zero_drains() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let mut s = spec(80, &[v4(11), v4(12), v4(13)]);
+    s.weights = vec![1, 0, 3];
+    p.apply(&mut dp, &[s.clone()], Instant::now())
+        .expect("apply");
+    let prog = p.service(&s.key).expect("programmed");
+    assert_eq!(prog.info.list_len, 3, "a drained backend stays in the list");
+    let on = |i: u16| prog.table.iter().filter(|&&x| x == i).count();
+    assert_eq!(on(1), 0, "weight 0: no new flows");
+    assert!(on(2) > 2 * on(0), "weight 3 vs 1: {} vs {}", on(2), on(0));
+    s.weights = vec![0, 0, 0];
+    p.apply(&mut dp, &[s.clone()], Instant::now())
+        .expect("apply");
+    let info = dp.vips[&s.key];
+    assert_eq!(
+        (info.list_len, info.table_size),
+        (3, 0),
+        "all drained: no table, list kept"
+    );
+    s.weights = vec![1, 1];
+    assert!(
+        p.apply(&mut dp, &[s], Instant::now()).is_err(),
+        "weights must match backends"
+    );
 }
