@@ -372,6 +372,17 @@ impl KernelDataplane {
         }
     }
 
+    /// Removes a flow's conntrack entry, so its next packet is a new flow again.
+    ///
+    /// # Errors
+    /// The map update failed (a missing entry is not an error).
+    pub fn forget_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
+        match self.conntrack.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(map_error("remove", names::CONNTRACK)(source)),
+        }
+    }
+
     /// Number of conntrack entries (walks the map).
     pub fn flow_count(&self) -> usize {
         self.conntrack.keys().filter(Result::is_ok).count()

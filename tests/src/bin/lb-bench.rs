@@ -34,17 +34,19 @@ enum Class {
     EstablishedV4,
     EstablishedV6,
     NewFlowV4,
+    NewFlowsV4,
     NatEstablished,
     NatReply,
 }
 
 impl Class {
-    const ALL: [Class; 7] = [
+    const ALL: [Class; 8] = [
         Class::Floor,
         Class::NonVip,
         Class::EstablishedV4,
         Class::EstablishedV6,
         Class::NewFlowV4,
+        Class::NewFlowsV4,
         Class::NatEstablished,
         Class::NatReply,
     ];
@@ -56,6 +58,7 @@ impl Class {
             Class::EstablishedV4 => "established TCP v4 (conntrack hit)",
             Class::EstablishedV6 => "established TCP v6 (conntrack hit)",
             Class::NewFlowV4 => "new flow v4 (Maglev + conntrack insert)",
+            Class::NewFlowsV4 => "new 5-tuple every packet v4 (memory-bound)",
             Class::NatEstablished => "nat established TCP v4 (tail call + SNAT)",
             Class::NatReply => "nat reply v4 (translated back)",
         }
@@ -114,7 +117,7 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
     let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
     let eth6 = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
     let mut packet = match class {
-        Class::Floor | Class::EstablishedV4 | Class::NewFlowV4 => {
+        Class::Floor | Class::EstablishedV4 | Class::NewFlowV4 | Class::NewFlowsV4 => {
             Packet::tcp4(eth, CLIENT, 40000, VIP, 80, b"payload")
         }
         Class::NonVip => Packet::tcp4(
@@ -158,9 +161,23 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
         class.name(),
         out.action
     );
+    // The new-flow class: one 5-tuple whose conntrack entry is removed before every
+    // call (outside the measured run), so each run takes the whole new-flow path with
+    // warm caches. The many-flows class below shows the memory-bound case separately.
+    let key = lb_common::FlowKey {
+        src: lb_userspace::dataplane::addr16(CLIENT.into()),
+        dst: lb_userspace::dataplane::addr16(VIP.into()),
+        src_port_be: 40000u16.to_be(),
+        dst_port_be: 80u16.to_be(),
+        proto: TCP,
+        ..lb_common::FlowKey::default()
+    };
     let mut total = Duration::ZERO;
     for i in 0..calls {
         if class == Class::NewFlowV4 {
+            rig.dataplane.forget_flow(&key).expect("forget flow");
+        }
+        if class == Class::NewFlowsV4 {
             // A new source address and port for every call: each packet is a new flow.
             let flow = i + 1;
             packet[28..30].copy_from_slice(&((flow >> 16) as u16).to_be_bytes());
@@ -218,7 +235,7 @@ fn main() -> ExitCode {
             for (c, class) in Class::ALL.iter().enumerate() {
                 // New flows get fresh maps every trial so each trial inserts into a
                 // conntrack table of the same size.
-                let mean = if *class == Class::NewFlowV4 {
+                let mean = if *class == Class::NewFlowsV4 {
                     trial(&mut rig_fresh(), *class, calls)
                 } else {
                     trial(&mut rig, *class, calls)
