@@ -312,3 +312,18 @@ pub fn nat_config(
         )
         .replace("protocol = ", "mode = \"nat\"\nprotocol = ")
 }
+
+/// A value from lbd's `data plane counters:` shutdown line (absent means zero).
+///
+/// # Panics
+/// If the log has no counters line.
+pub fn counter_in_log(log: &str, name: &str) -> u64 {
+    let line = log
+        .lines()
+        .find(|l| l.contains("data plane counters:"))
+        .unwrap_or_else(|| panic!("no counters line in lbd's log:\n{log}"));
+    line.split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map_or(0, |(_, v)| v.parse().expect("counter value"))
+}

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     topology::{VIP, backend_addr},
-    traffic::{Held, Server, http_requests},
+    traffic::{Held, Server, Tally, http_requests},
 };
 
 const HTTP_PORT: u16 = 80;
@@ -71,6 +71,29 @@ fn setup(backends: usize) -> Setup {
     }
 }
 
+/// Reloads `config` (expecting success), checks that every held connection survived,
+/// and returns who serves `n` new requests (all of which must succeed).
+fn reload_then_probe(
+    lbd: &mut LbdProcess,
+    topo: &Topology,
+    held: &mut [Held],
+    on: &[String],
+    config: &str,
+    round: &str,
+    n: usize,
+) -> Tally {
+    let outcome = lbd.reload(config);
+    assert!(
+        outcome.contains("reloaded"),
+        "{round}: {outcome}\n{}",
+        lbd.log()
+    );
+    assert_all_held_intact(held, on, round);
+    let fresh = http_requests(&topo.client, VIP, HTTP_PORT, n);
+    assert!(fresh.failures.is_empty(), "{round}: {:?}", fresh.failures);
+    fresh
+}
+
 /// Every held connection still answers, from the backend it started on.
 fn assert_all_held_intact(held: &mut [Held], on: &[String], round: &str) {
     for (i, (conn, was)) in held.iter_mut().zip(on).enumerate() {
@@ -96,11 +119,15 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
     );
 
     // Remove backend-1, add backend-4.
-    let outcome = lbd.reload(&config(&[1, 2, 3]));
-    assert!(outcome.contains("reloaded"), "{outcome}\n{}", lbd.log());
-    assert_all_held_intact(&mut held, &on, "after-change");
-    let fresh = http_requests(&topo.client, VIP, HTTP_PORT, 90);
-    assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
+    let fresh = reload_then_probe(
+        &mut lbd,
+        &topo,
+        &mut held,
+        &on,
+        &config(&[1, 2, 3]),
+        "after-change",
+        90,
+    );
     assert!(
         !fresh.served.contains_key("backend-1"),
         "removed backend got new flows: {:?}",
@@ -124,11 +151,15 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
             &format!("{{ address = \"{}\", weight = 3 }}", backend_addr(3)),
         );
     assert_ne!(weighted, config(&[1, 2, 3]), "the weights were written");
-    let outcome = lbd.reload(&weighted);
-    assert!(outcome.contains("reloaded"), "{outcome}");
-    assert_all_held_intact(&mut held, &on, "after-weights");
-    let fresh = http_requests(&topo.client, VIP, HTTP_PORT, 120);
-    assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
+    let fresh = reload_then_probe(
+        &mut lbd,
+        &topo,
+        &mut held,
+        &on,
+        &weighted,
+        "after-weights",
+        120,
+    );
     assert!(
         !fresh.served.contains_key("backend-2"),
         "drained backend got new flows: {:?}",

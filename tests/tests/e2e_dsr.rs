@@ -122,24 +122,16 @@ fn steer_through_vip(mode: &str, family: Family) {
     assert_eq!(code, Some(0), "lbd exit status; log:\n{log}");
     // The traffic really went through XDP: every TCP connection sends at least its
     // SYN, request and FIN to the VIP, every UDP exchange one datagram.
-    let tx = counter_in_log(&log, "tx");
+    let tx = lb_testbed::lbd::counter_in_log(&log, "tx");
     let least = (CONNECTIONS * 3 + DATAGRAMS) as u64;
     assert!(tx >= least, "XDP_TX count {tx} < {least}; log:\n{log}");
-    assert_eq!(counter_in_log(&log, "drop_malformed"), 0, "{log}");
+    assert_eq!(
+        lb_testbed::lbd::counter_in_log(&log, "drop_malformed"),
+        0,
+        "{log}"
+    );
     assert!(log.contains("detaching"), "{log}");
     assert!(!xdp_attached(&topo), "XDP still attached after lbd exited");
-}
-
-/// A value from lbd's `data plane counters:` shutdown line (absent means zero).
-fn counter_in_log(log: &str, name: &str) -> u64 {
-    let line = log
-        .lines()
-        .find(|l| l.contains("data plane counters:"))
-        .unwrap_or_else(|| panic!("no counters line in lbd's log:\n{log}"));
-    line.split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map_or(0, |(_, v)| v.parse().expect("counter value"))
 }
 
 #[test]

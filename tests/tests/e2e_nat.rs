@@ -81,15 +81,7 @@ fn nat_round_trips(mode: &str, v6: bool) {
     let (code, log) = lbd.stop();
     assert_eq!(code, Some(0), "{log}");
     // Both directions went through XDP.
-    let count = |name: &str| -> u64 {
-        log.lines()
-            .find(|l| l.contains("data plane counters:"))
-            .and_then(|l| {
-                l.split_whitespace()
-                    .find_map(|p| p.strip_prefix(&format!("{name}=")))
-            })
-            .map_or(0, |v| v.parse().expect("number"))
-    };
+    let count = |name: &str| lb_testbed::lbd::counter_in_log(&log, name);
     let least = (CONNECTIONS * 3 + DATAGRAMS) as u64;
     assert!(count("tx") >= least, "tx {} < {least}:\n{log}", count("tx"));
     assert!(
