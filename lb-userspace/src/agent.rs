@@ -1,7 +1,12 @@
 //! The agent: turns a validated config into a programmed, attached data plane and
 //! takes it down again cleanly.
 
-use std::{ffi::CString, net::IpAddr, path::Path, time::Instant};
+use std::{
+    ffi::CString,
+    net::IpAddr,
+    path::{Path, PathBuf},
+    time::{Instant, SystemTime},
+};
 
 use lb_common::{Counter, ForwardingMode, GlobalConfig};
 
@@ -13,6 +18,8 @@ use crate::{
         kernel::{AttachOutcome, KernelDataplane, LINK_PIN},
         neighbour, vip_key,
     },
+    fade_state::FadeStarts,
+    fadein::FadeIn,
     sysctl::Forwarding,
 };
 
@@ -71,6 +78,80 @@ pub struct Agent {
     forwarding: Vec<Forwarding>,
     /// Backends removed by a reload whose established flows may still run.
     drained: Vec<IpAddr>,
+    /// Fade-in ramp start times (persisted).
+    starts: FadeStarts,
+    /// What was last programmed, effective weights included.
+    applied: Vec<ServiceSpec>,
+    /// Whether any backend's ramp is still running; when not, ticks do nothing at all.
+    fading: bool,
+    /// Table rebuilds done because a fade-in ramp moved weights.
+    fade_rebuilds: u64,
+}
+
+/// Relative weight change (per mille of the larger weight) that triggers a rebuild
+/// while fading: 2%.
+const FADE_STEP_PER_MILLE: u64 = 20;
+
+/// The specs with fade-in applied at `now`: the weights of fading backends scaled down
+/// per [`FadeIn`]. Returns whether any ramp is still running. Records first sight of
+/// new backends in `starts`.
+pub fn specs_at(
+    config: &ValidConfig,
+    starts: &mut FadeStarts,
+    now: SystemTime,
+) -> (Vec<ServiceSpec>, bool) {
+    let mut specs = service_specs(config);
+    let mut fading = false;
+    for (spec, svc) in specs.iter_mut().zip(&config.services) {
+        let Some(fade) = &svc.fade_in else { continue };
+        let Ok(window) = fade.window.parse() else {
+            continue;
+        };
+        let f = FadeIn {
+            window,
+            exponent: fade.exponent,
+            min_weight: fade.min_weight,
+        };
+        for (w, b) in spec.weights.iter_mut().zip(&svc.backends) {
+            let start = crate::fadein::ramp_start(
+                starts.first_seen(&svc.name, b.address, now),
+                None,
+                None,
+                now,
+            );
+            fading |= *w > 0 && f.fading(start, now);
+            *w = f.effective(*w, start, now);
+        }
+    }
+    let live: Vec<(String, IpAddr)> = config
+        .services
+        .iter()
+        .flat_map(|s| s.backends.iter().map(|b| (s.name.clone(), b.address)))
+        .collect();
+    starts.retain(&live);
+    (specs, fading)
+}
+
+/// Whether the weights moved enough to rebuild: by 2% of a backend's weight while
+/// fading, or at all once fading is over (the final table is exact).
+pub fn weights_moved(old: &[ServiceSpec], new: &[ServiceSpec], still_fading: bool) -> bool {
+    old.len() != new.len()
+        || old.iter().zip(new).any(|(o, n)| {
+            o.weights.len() != n.weights.len()
+                || o.weights.iter().zip(&n.weights).any(|(&a, &b)| {
+                    let (a, b) = (u64::from(a), u64::from(b));
+                    if still_fading {
+                        a.abs_diff(b) * 1000 >= a.max(b) * FADE_STEP_PER_MILLE
+                    } else {
+                        a != b
+                    }
+                })
+        })
+}
+
+fn state_path(config: &ValidConfig) -> Option<PathBuf> {
+    let dir = &config.node.state_dir;
+    (!dir.is_empty()).then(|| Path::new(dir).join("fade-in.json"))
 }
 
 /// What the data plane is told for each configured service.
@@ -122,7 +203,9 @@ impl Agent {
             log::info!("adopted {adopted} services from the pinned data plane");
         }
         dataplane.set_config(global_config(&config))?;
-        let specs = service_specs(&config);
+        let mut starts = FadeStarts::load(state_path(&config));
+        let (specs, fading) = specs_at(&config, &mut starts, SystemTime::now());
+        save_starts(&mut starts);
         programmer.apply(&mut dataplane, &specs, Instant::now())?;
         for addr in dsr_backends(&specs) {
             neighbour::ensure_managed(ifindex, addr).map_err(|source| AgentError::Neighbour {
@@ -152,6 +235,10 @@ impl Agent {
             ifindex,
             forwarding,
             drained: Vec::new(),
+            starts,
+            applied: specs,
+            fading,
+            fade_rebuilds: 0,
         })
     }
 
@@ -173,7 +260,8 @@ impl Agent {
             config.node = self.config.node.clone();
         }
         let old = dsr_backends(&service_specs(&self.config));
-        let specs = service_specs(&config);
+        let (specs, fading) = specs_at(&config, &mut self.starts, SystemTime::now());
+        save_starts(&mut self.starts);
         let new = dsr_backends(&specs);
         let interface = self.config.node.interface.clone();
         for &addr in new.iter().filter(|a| !old.contains(a)) {
@@ -198,7 +286,39 @@ impl Agent {
         self.drained
             .extend(old.into_iter().filter(|a| !new.contains(a)));
         self.config = config;
+        self.applied = specs;
+        self.fading = fading;
         Ok(report)
+    }
+
+    /// Advances fade-in ramps to `now`: rebuilds the tables of services whose effective
+    /// weights moved enough (see [`weights_moved`]). When no ramp is running this does
+    /// no work at all. Returns whether tables were rebuilt.
+    ///
+    /// # Errors
+    /// A data-plane failure; the next tick retries.
+    pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
+        if !self.fading {
+            return Ok(false);
+        }
+        let (specs, fading) = specs_at(&self.config, &mut self.starts, now);
+        self.fading = fading;
+        if !weights_moved(&self.applied, &specs, fading) {
+            return Ok(false);
+        }
+        self.programmer
+            .apply(&mut self.dataplane, &specs, Instant::now())?;
+        self.applied = specs;
+        self.fade_rebuilds += 1;
+        if !fading {
+            log::info!("fade-in complete: every backend at full weight");
+        }
+        Ok(true)
+    }
+
+    /// Table rebuilds done for fade-in so far.
+    pub fn fade_rebuilds(&self) -> u64 {
+        self.fade_rebuilds
     }
 
     /// The loaded data plane (counters, maps).
@@ -306,6 +426,12 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
     Ok(())
 }
 
+fn save_starts(starts: &mut FadeStarts) {
+    if let Err(err) = starts.save() {
+        log::warn!("saving fade-in state: {err} (ramps restart if lbd restarts)");
+    }
+}
+
 /// Node-wide data-plane settings from the config.
 pub fn global_config(config: &ValidConfig) -> GlobalConfig {
     let node = &config.node;
@@ -362,5 +488,129 @@ pub fn ifindex(name: &str) -> Result<u32, AgentError> {
         Err(missing())
     } else {
         Ok(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const T0: SystemTime = SystemTime::UNIX_EPOCH;
+
+    fn config(fade: bool, backends: &[&str]) -> ValidConfig {
+        let list: Vec<String> = backends
+            .iter()
+            .map(|b| format!("{{ address = \"{b}\" }}"))
+            .collect();
+        let fade = if fade {
+            "fade_in = { window = \"20s\" }\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "[node]\ninterface = \"eth0\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\n{fade}backends = [{}]\n",
+            list.join(", ")
+        );
+        crate::config::parse(&text, "test").expect("valid")
+    }
+
+    /// Rebuilds a ticking agent would do over `secs` seconds, one tick a second, for a
+    /// config whose backends were all first seen at `T0` except `late`, seen at `late_at`.
+    fn rebuilds_over(cfg: &ValidConfig, late: Option<(&str, u64)>, secs: u64) -> u32 {
+        let mut starts = FadeStarts::default();
+        for b in &cfg.services[0].backends {
+            starts.first_seen("web", b.address, T0);
+        }
+        if let Some((addr, at)) = late {
+            let addr: IpAddr = addr.parse().expect("addr");
+            starts.retain(&[]);
+            for b in cfg.services[0]
+                .backends
+                .iter()
+                .filter(|b| b.address != addr)
+            {
+                starts.first_seen("web", b.address, T0);
+            }
+            starts.first_seen("web", addr, T0 + Duration::from_secs(at));
+        }
+        let (mut applied, mut fading) = specs_at(
+            cfg,
+            &mut starts,
+            T0 + Duration::from_secs(late.map_or(0, |l| l.1)),
+        );
+        let mut rebuilds = 0;
+        for s in 1..=secs {
+            if !fading {
+                continue;
+            }
+            let now = T0 + Duration::from_secs(late.map_or(0, |l| l.1) + s);
+            let (specs, still) = specs_at(cfg, &mut starts, now);
+            fading = still;
+            if weights_moved(&applied, &specs, still) {
+                applied = specs;
+                rebuilds += 1;
+            }
+        }
+        rebuilds
+    }
+
+    #[test]
+    fn no_fade_in_means_no_rebuilds_at_all() {
+        let cfg = config(false, &["198.18.0.11", "198.18.0.12"]);
+        let (specs, fading) = specs_at(&cfg, &mut FadeStarts::default(), T0);
+        assert!(!fading);
+        assert_eq!(specs[0].weights, vec![1, 1], "raw weights");
+        assert_eq!(rebuilds_over(&cfg, None, 60), 0);
+    }
+
+    #[test]
+    fn a_new_backend_ramps_in_steps_then_stops() {
+        let cfg = config(
+            true,
+            &["198.18.0.11", "198.18.0.12", "198.18.0.13", "198.18.0.14"],
+        );
+        // Three backends long settled, the fourth added at 100 s.
+        let n = rebuilds_over(&cfg, Some(("198.18.0.14", 100)), 60);
+        assert!(
+            (15..=20).contains(&n),
+            "one rebuild per second while the weight moves ≥ 2%: {n}"
+        );
+    }
+
+    #[test]
+    fn effective_weights_follow_the_ramp() {
+        let cfg = config(true, &["198.18.0.11", "198.18.0.12"]);
+        let mut starts = FadeStarts::default();
+        starts.first_seen("web", "198.18.0.11".parse().expect("addr"), T0);
+        starts.first_seen(
+            "web",
+            "198.18.0.12".parse().expect("addr"),
+            T0 + Duration::from_secs(10),
+        );
+        let (specs, fading) = specs_at(&cfg, &mut starts, T0 + Duration::from_secs(15));
+        assert!(fading);
+        // .11 at 15/20 of the window, .12 at 5/20.
+        assert_eq!(specs[0].weights, vec![750, 250]);
+        let (specs, fading) = specs_at(&cfg, &mut starts, T0 + Duration::from_secs(40));
+        assert!(!fading);
+        assert_eq!(specs[0].weights, vec![1000, 1000]);
+    }
+
+    #[test]
+    fn weight_moves_below_two_percent_wait() {
+        let spec = |w: u32| {
+            let mut s = service_specs(&config(false, &["198.18.0.11"])).remove(0);
+            s.weights = vec![w];
+            vec![s]
+        };
+        assert!(!weights_moved(&spec(1000), &spec(1015), true), "1.5%");
+        assert!(weights_moved(&spec(1000), &spec(1025), true), "2.5%");
+        assert!(
+            weights_moved(&spec(1000), &spec(1001), false),
+            "the final step is exact"
+        );
+        assert!(!weights_moved(&spec(1000), &spec(1000), false));
     }
 }

@@ -5,5 +5,7 @@ pub mod agent;
 pub mod bpffs;
 pub mod config;
 pub mod dataplane;
+pub mod fade_state;
+pub mod fadein;
 pub mod maglev;
 pub mod sysctl;

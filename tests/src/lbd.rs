@@ -41,7 +41,18 @@ impl LbdProcess {
     /// Writes `config` to a temporary file and starts `lbd` on it inside `ns`, then
     /// waits (at most 20 s) until it reports the program attached.
     pub fn start(ns: &Netns, config: &str) -> Self {
+        Self::start_with_state(ns, config, &[])
+    }
+
+    /// Like [`LbdProcess::start`], with files written into lbd's state directory first
+    /// (e.g. `fade-in.json` with ramp start times).
+    pub fn start_with_state(ns: &Netns, config: &str, state: &[(&str, &str)]) -> Self {
         let dir = TempDir::new("lbd");
+        let state_dir = dir.path().join("state");
+        std::fs::create_dir_all(&state_dir).expect("state dir");
+        for (name, contents) in state {
+            std::fs::write(state_dir.join(name), contents).expect("state file");
+        }
         let bpffs = BpfFs::mount(&dir.path().join("bpf"));
         let config_path = dir.path().join("lbd.toml");
         let mut lbd = Self {
@@ -62,10 +73,19 @@ impl LbdProcess {
         self.bpffs.path().join("lb")
     }
 
+    /// lbd's state directory (fade-in start times).
+    pub fn state_dir(&self) -> PathBuf {
+        self._dir.path().join("state")
+    }
+
     fn write_config(&self, config: &str) {
         let pinned = config.replacen(
             "[node]\n",
-            &format!("[node]\npin_path = \"{}\"\n", self.pin_dir().display()),
+            &format!(
+                "[node]\npin_path = \"{}\"\nstate_dir = \"{}\"\n",
+                self.pin_dir().display(),
+                self.state_dir().display()
+            ),
             1,
         );
         assert_ne!(pinned, config, "the config needs a [node] table");

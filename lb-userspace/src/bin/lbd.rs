@@ -79,6 +79,7 @@ fn log_counters(agent: &Agent) {
                 .map(|(c, v)| format!("{}={v}", c.name()))
                 .collect();
             log::info!("data plane counters: {}", line.join(" "));
+            log::info!("fade-in table rebuilds: {}", agent.fade_rebuilds());
         }
         Err(err) => log::warn!("reading data plane counters: {err}"),
     }
@@ -105,11 +106,18 @@ fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Resu
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+        // Fade-in steps: at most once a second (a tick with nothing fading does nothing).
+        let mut fade = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
                 _ = int.recv() => return Ok(Stop::TearDown),
                 _ = hup.recv() => reload(agent, path),
+                _ = fade.tick() => {
+                    if let Err(err) = agent.tick(std::time::SystemTime::now()) {
+                        log::error!("fade-in step failed, retrying next second: {err}");
+                    }
+                }
             }
         }
     })

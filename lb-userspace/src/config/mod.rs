@@ -8,8 +8,8 @@ use std::{collections::HashSet, path::Path};
 
 pub use error::ConfigError;
 pub use model::{
-    BackendConfig, Config, ForwardingModeConfig, NodeConfig, PortSpec, Protocol, ServiceConfig,
-    XdpMode,
+    BackendConfig, Config, DurationText, FadeInConfig, ForwardingModeConfig, NodeConfig, PortSpec,
+    Protocol, ServiceConfig, XdpMode,
 };
 
 /// A validated configuration.
@@ -148,6 +148,33 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
                     span.clone(),
                     at(&format!("backends[{j}].address")),
                     format!("duplicate backend {}", b.address),
+                ));
+            }
+        }
+        if let Some(fade) = &svc.fade_in {
+            let window = fade
+                .window
+                .parse()
+                .map_err(|e| invalid(span.clone(), at("fade_in.window"), e))?;
+            if window.is_zero() {
+                return Err(invalid(
+                    span,
+                    at("fade_in.window"),
+                    "must be longer than 0".into(),
+                ));
+            }
+            if !(fade.exponent.is_finite() && fade.exponent > 0.0) {
+                return Err(invalid(
+                    span,
+                    at("fade_in.exponent"),
+                    format!("{} must be a positive number", fade.exponent),
+                ));
+            }
+            if !(fade.min_weight > 0.0 && fade.min_weight <= 1.0) {
+                return Err(invalid(
+                    span,
+                    at("fade_in.min_weight"),
+                    format!("{} must be in (0, 1]", fade.min_weight),
                 ));
             }
         }

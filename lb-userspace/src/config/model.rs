@@ -47,6 +47,14 @@ pub struct NodeConfig {
     /// Source ports for `nat` services (default 20000-59999).
     #[serde(default)]
     pub nat_ports: PortRange,
+    /// Where lbd keeps state that must survive restarts (fade-in start times); default
+    /// `/var/lib/lbd`. An empty string keeps it in memory only.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: String,
+}
+
+fn default_state_dir() -> String {
+    "/var/lib/lbd".into()
 }
 
 /// An inclusive port range, `{ first = 20000, last = 59999 }`.
@@ -123,6 +131,57 @@ pub struct ServiceConfig {
     /// at least 100 × the backend count).
     #[serde(default)]
     pub table_size: Option<u32>,
+    /// Slow start for new and recovered backends (`[service.fade_in]`); none by default.
+    #[serde(default)]
+    pub fade_in: Option<FadeInConfig>,
+}
+
+/// `[service.fade_in]`: `w_eff = w · max(min_weight, (age/window)^exponent)`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FadeInConfig {
+    /// Ramp length: milliseconds, or `"30s"`, `"3m"`, `"500ms"`, `"1h"`.
+    pub window: DurationText,
+    /// Ramp shape (default 1, linear; like skipper's `fadeIn` exponent).
+    #[serde(default = "default_exponent")]
+    pub exponent: f64,
+    /// Floor of the fraction, in (0, 1] (default 0.05).
+    #[serde(default = "default_min_weight")]
+    pub min_weight: f64,
+}
+
+// The floats are validated finite, so equality is reflexive.
+impl Eq for FadeInConfig {}
+
+fn default_exponent() -> f64 {
+    1.0
+}
+
+fn default_min_weight() -> f64 {
+    0.05
+}
+
+/// A duration written as milliseconds or with a unit; parsed when validated.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum DurationText {
+    /// Milliseconds.
+    Millis(u64),
+    /// `"30s"`-style text.
+    Text(String),
+}
+
+impl DurationText {
+    /// The duration.
+    ///
+    /// # Errors
+    /// Text that is not a duration.
+    pub fn parse(&self) -> Result<std::time::Duration, String> {
+        match self {
+            DurationText::Millis(ms) => Ok(std::time::Duration::from_millis(*ms)),
+            DurationText::Text(t) => crate::fadein::parse_duration(t),
+        }
+    }
 }
 
 /// A service's port: one port, or all of them.

@@ -209,3 +209,27 @@ fn backend_weights() {
         "{e}"
     );
 }
+
+#[test]
+fn fade_in_settings() {
+    let text = GOOD.replace(
+        "port = 80\n",
+        "port = 80\nfade_in = { window = \"20s\", exponent = 2.0 }\n",
+    );
+    let cfg = parse(&text, "lbd.toml").expect("valid");
+    let fade = cfg.services[0].fade_in.as_ref().expect("fade_in");
+    assert_eq!(fade.window.parse(), Ok(std::time::Duration::from_secs(20)));
+    assert_eq!((fade.exponent, fade.min_weight), (2.0, 0.05));
+    let e = err(&text.replace("\"20s\"", "\"20 parsecs\""));
+    assert!(e.contains("(web).fade_in.window: unknown unit"), "{e}");
+    let e = err(&text.replace("exponent = 2.0", "exponent = 0.0"));
+    assert!(
+        e.contains("fade_in.exponent: 0 must be a positive number"),
+        "{e}"
+    );
+    let e = err(&text.replace("exponent = 2.0", "min_weight = 1.5"));
+    assert!(
+        e.contains("fade_in.min_weight: 1.5 must be in (0, 1]"),
+        "{e}"
+    );
+}
