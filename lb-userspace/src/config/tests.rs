@@ -233,3 +233,13 @@ fn fade_in_settings() {
         "{e}"
     );
 }
+
+#[test]
+fn shipped_example_configs_are_valid() {
+    for (name, text) in [
+        ("example.toml", include_str!("../../conf/example.toml")),
+        ("demo.toml", include_str!("../../conf/demo.toml")),
+    ] {
+        parse(text, name).unwrap_or_else(|e| panic!("{e}"));
+    }
+}

@@ -11,7 +11,7 @@ use std::{
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     topology::{CLIENT_ADDR, LB_ADDR, VIP, backend_addr},
-    traffic::{Server, Tally, http_requests},
+    traffic::{Server, Tally, http_requests, http_requests_from},
 };
 
 /// The embedded default configuration (also in lb-userspace/conf/demo.toml).
@@ -101,7 +101,7 @@ fn run(args: &Args) -> bool {
         backend_addr(2)
     );
     let topo = Topology::build(&TopologyOptions {
-        backends: 3,
+        backends: 4,
         native_xdp: args.mode == "native",
     });
     let _servers: Vec<Server> = topo
@@ -118,7 +118,9 @@ fn run(args: &Args) -> bool {
         })
         .collect();
     println!("starting lbd on the LB node ({} XDP)", args.mode);
-    let lbd = LbdProcess::start(&topo.lb, &config);
+    // The three configured backends have been up for an hour: no fade-in for them.
+    let mut lbd =
+        LbdProcess::start_with_state(&topo.lb, &config, &[("fade-in.json", &settled_state())]);
     println!(
         "sending {} HTTP requests from the client to http://{VIP}/",
         args.requests
@@ -159,10 +161,82 @@ fn run(args: &Args) -> bool {
     for f in tally.failures.iter().take(5) {
         println!("  failure: {f}");
     }
+    let faded = if tally.failures.is_empty() && !INTERRUPTED.load(Ordering::Relaxed) {
+        fade_in_fourth_backend(&topo, &mut lbd, &config)
+    } else {
+        true
+    };
     let (code, log) = lbd.stop();
     println!("lbd stopped (exit {code:?}); its log:");
     for line in log.lines() {
         println!("  {line}");
     }
-    tally.failures.is_empty() && code == Some(0)
+    faded && tally.failures.is_empty() && code == Some(0)
+}
+
+/// Fade-in state saying backends 1-3 were first seen an hour ago.
+fn settled_state() -> String {
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let ms = hour_ago
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let entries: Vec<String> = (0..3)
+        .map(|i| format!("\"web/{}\": {ms}", backend_addr(i)))
+        .collect();
+    format!("{{{}}}", entries.join(", "))
+}
+
+/// Adds backend-4 with a reload and shows its share of new connections each second
+/// while it fades in. Returns whether every request succeeded.
+fn fade_in_fourth_backend(topo: &Topology, lbd: &mut LbdProcess, config: &str) -> bool {
+    let four = config.replace(
+        &format!("  {{ address = \"{}\" }},\n]", backend_addr(2)),
+        &format!(
+            "  {{ address = \"{}\" }},\n  {{ address = \"{}\" }},\n]",
+            backend_addr(2),
+            backend_addr(3)
+        ),
+    );
+    println!(
+        "\nadding backend-4 ({}) with a 10 s fade-in (SIGHUP reload)",
+        backend_addr(3)
+    );
+    let outcome = lbd.reload(&four);
+    println!("  lbd: {}", outcome.split("] ").nth(1).unwrap_or(&outcome));
+    println!(
+        "{:>6}  {:>14}  share of new connections",
+        "second", "backend-4"
+    );
+    let started = Instant::now();
+    let mut ok = true;
+    for second in 0..12 {
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            break;
+        }
+        // 400 connections from fresh, known source ports each second.
+        let first = 20000 + 400 * second as u16;
+        let batch = http_requests_from(
+            &topo.client,
+            CLIENT_ADDR.into(),
+            VIP.into(),
+            80,
+            first..first + 400,
+        );
+        ok &= batch.iter().all(|(_, r)| r.is_ok());
+        let on_four = batch
+            .iter()
+            .filter(|(_, r)| r.as_deref().is_ok_and(|b| b.starts_with("backend-4")))
+            .count();
+        let share = 100.0 * on_four as f64 / batch.len() as f64;
+        println!(
+            "{second:>6}  {share:>13.1}%  {}",
+            "#".repeat(share as usize)
+        );
+        let next = std::time::Duration::from_secs(second + 1);
+        if let Some(wait) = next.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    println!("  (with four equal backends the full share is 25%)");
+    ok
 }
