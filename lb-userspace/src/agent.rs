@@ -2,6 +2,7 @@
 //! takes it down again cleanly.
 
 use std::{
+    collections::HashMap,
     ffi::CString,
     net::IpAddr,
     path::{Path, PathBuf},
@@ -20,6 +21,7 @@ use crate::{
     },
     fade_state::FadeStarts,
     fadein::FadeIn,
+    health::{Health, Outcome, Probe, ProbeTarget},
     sysctl::Forwarding,
 };
 
@@ -86,23 +88,46 @@ pub struct Agent {
     fading: bool,
     /// Table rebuilds done because a fade-in ramp moved weights.
     fade_rebuilds: u64,
+    /// Health of checked backends.
+    health: HealthMap,
 }
 
 /// Relative weight change (per mille of the larger weight) that triggers a rebuild
 /// while fading: 2%.
 const FADE_STEP_PER_MILLE: u64 = 20;
 
-/// The specs with fade-in applied at `now`: the weights of fading backends scaled down
-/// per [`FadeIn`]. Returns whether any ramp is still running. Records first sight of
-/// new backends in `starts`.
+/// Health of each checked backend, by (service name, address).
+pub type HealthMap = HashMap<(String, IpAddr), BackendHealth>;
+
+/// A backend's health and when it last recovered.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BackendHealth {
+    /// Rise/fall state.
+    pub health: Health,
+    /// Last unhealthy → healthy transition (restarts the fade-in ramp).
+    pub recovered: Option<SystemTime>,
+}
+
+/// The specs at `now`: unhealthy backends at weight 0 (no new flows, established ones
+/// continue), fading backends scaled down per [`FadeIn`]. Returns whether any ramp is
+/// still running. Records first sight of new backends in `starts`.
 pub fn specs_at(
     config: &ValidConfig,
     starts: &mut FadeStarts,
+    health: &HealthMap,
     now: SystemTime,
 ) -> (Vec<ServiceSpec>, bool) {
     let mut specs = service_specs(config);
     let mut fading = false;
     for (spec, svc) in specs.iter_mut().zip(&config.services) {
+        for (w, b) in spec.weights.iter_mut().zip(&svc.backends) {
+            if health
+                .get(&(svc.name.clone(), b.address))
+                .is_some_and(|h| !h.health.healthy)
+            {
+                *w = 0;
+            }
+        }
         let Some(fade) = &svc.fade_in else { continue };
         let Ok(window) = fade.window.parse() else {
             continue;
@@ -113,12 +138,11 @@ pub fn specs_at(
             min_weight: fade.min_weight,
         };
         for (w, b) in spec.weights.iter_mut().zip(&svc.backends) {
-            let start = crate::fadein::ramp_start(
-                starts.first_seen(&svc.name, b.address, now),
-                None,
-                None,
-                now,
-            );
+            let recovered = health
+                .get(&(svc.name.clone(), b.address))
+                .and_then(|h| h.recovered);
+            let seen = starts.first_seen(&svc.name, b.address, now);
+            let start = crate::fadein::ramp_start(seen, None, recovered, now);
             fading |= *w > 0 && f.fading(start, now);
             *w = f.effective(*w, start, now);
         }
@@ -204,7 +228,7 @@ impl Agent {
         }
         dataplane.set_config(global_config(&config))?;
         let mut starts = FadeStarts::load(state_path(&config));
-        let (specs, fading) = specs_at(&config, &mut starts, SystemTime::now());
+        let (specs, fading) = specs_at(&config, &mut starts, &HealthMap::new(), SystemTime::now());
         save_starts(&mut starts);
         programmer.apply(&mut dataplane, &specs, Instant::now())?;
         for addr in dsr_backends(&specs) {
@@ -239,6 +263,7 @@ impl Agent {
             applied: specs,
             fading,
             fade_rebuilds: 0,
+            health: HealthMap::new(),
         })
     }
 
@@ -260,7 +285,7 @@ impl Agent {
             config.node = self.config.node.clone();
         }
         let old = dsr_backends(&service_specs(&self.config));
-        let (specs, fading) = specs_at(&config, &mut self.starts, SystemTime::now());
+        let (specs, fading) = specs_at(&config, &mut self.starts, &self.health, SystemTime::now());
         save_starts(&mut self.starts);
         let new = dsr_backends(&specs);
         let interface = self.config.node.interface.clone();
@@ -301,8 +326,11 @@ impl Agent {
         if !self.fading {
             return Ok(false);
         }
-        let (specs, fading) = specs_at(&self.config, &mut self.starts, now);
+        let (specs, fading) = specs_at(&self.config, &mut self.starts, &self.health, now);
         self.fading = fading;
+        if !fading {
+            log::info!("fade-in complete: every backend at full weight");
+        }
         if !weights_moved(&self.applied, &specs, fading) {
             return Ok(false);
         }
@@ -310,9 +338,83 @@ impl Agent {
             .apply(&mut self.dataplane, &specs, Instant::now())?;
         self.applied = specs;
         self.fade_rebuilds += 1;
-        if !fading {
-            log::info!("fade-in complete: every backend at full weight");
+        Ok(true)
+    }
+
+    /// The health probes this config asks for.
+    pub fn probe_targets(&self) -> Vec<ProbeTarget> {
+        let mut targets = Vec::new();
+        for svc in &self.config.services {
+            let Some(hc) = &svc.health_check else {
+                continue;
+            };
+            let (Ok(interval), Ok(timeout)) = (hc.interval.parse(), hc.timeout.parse()) else {
+                continue;
+            };
+            let probe = match hc.kind {
+                crate::config::HealthCheckKind::Tcp => Probe::Tcp,
+                crate::config::HealthCheckKind::Http => Probe::Http {
+                    path: hc.path.clone(),
+                    expect: hc.expect_status.map_or((200, 399), |s| (s, s)),
+                },
+            };
+            let port = hc.port.unwrap_or(svc.port.key_port());
+            for b in &svc.backends {
+                targets.push(ProbeTarget {
+                    service: svc.name.clone(),
+                    backend: b.address,
+                    target: std::net::SocketAddr::new(b.address, port),
+                    probe: probe.clone(),
+                    interval,
+                    timeout,
+                });
+            }
         }
+        targets
+    }
+
+    /// Records a probe result. On a health transition the service is reprogrammed at
+    /// once: an unhealthy backend gets no new flows (its established flows continue); a
+    /// recovered one fades in again from now. Returns whether the state changed.
+    ///
+    /// # Errors
+    /// A data-plane failure (the state change is kept; the next change retries).
+    pub fn observe(
+        &mut self,
+        service: &str,
+        backend: IpAddr,
+        outcome: &Outcome,
+        now: SystemTime,
+    ) -> Result<bool, AgentError> {
+        let Some(svc) = self.config.services.iter().find(|s| s.name == service) else {
+            return Ok(false);
+        };
+        let Some(hc) = &svc.health_check else {
+            return Ok(false);
+        };
+        let entry = self
+            .health
+            .entry((service.to_owned(), backend))
+            .or_default();
+        let up = *outcome == Outcome::Up;
+        let Some(healthy) = entry.health.observe(up, hc.rise, hc.fall) else {
+            return Ok(false);
+        };
+        if healthy {
+            entry.recovered = Some(now);
+            log::info!("{service}: backend {backend} is healthy again");
+        } else {
+            let why = match outcome {
+                Outcome::Down(why) => why.as_str(),
+                Outcome::Up => "",
+            };
+            log::warn!("{service}: backend {backend} is unhealthy ({why}): no new flows");
+        }
+        let (specs, fading) = specs_at(&self.config, &mut self.starts, &self.health, now);
+        self.programmer
+            .apply(&mut self.dataplane, &specs, Instant::now())?;
+        self.applied = specs;
+        self.fading = fading;
         Ok(true)
     }
 
@@ -538,6 +640,7 @@ mod tests {
         let (mut applied, mut fading) = specs_at(
             cfg,
             &mut starts,
+            &HealthMap::new(),
             T0 + Duration::from_secs(late.map_or(0, |l| l.1)),
         );
         let mut rebuilds = 0;
@@ -546,7 +649,7 @@ mod tests {
                 continue;
             }
             let now = T0 + Duration::from_secs(late.map_or(0, |l| l.1) + s);
-            let (specs, still) = specs_at(cfg, &mut starts, now);
+            let (specs, still) = specs_at(cfg, &mut starts, &HealthMap::new(), now);
             fading = still;
             if weights_moved(&applied, &specs, still) {
                 applied = specs;
@@ -559,7 +662,7 @@ mod tests {
     #[test]
     fn no_fade_in_means_no_rebuilds_at_all() {
         let cfg = config(false, &["198.18.0.11", "198.18.0.12"]);
-        let (specs, fading) = specs_at(&cfg, &mut FadeStarts::default(), T0);
+        let (specs, fading) = specs_at(&cfg, &mut FadeStarts::default(), &HealthMap::new(), T0);
         assert!(!fading);
         assert_eq!(specs[0].weights, vec![1, 1], "raw weights");
         assert_eq!(rebuilds_over(&cfg, None, 60), 0);
@@ -589,11 +692,21 @@ mod tests {
             "198.18.0.12".parse().expect("addr"),
             T0 + Duration::from_secs(10),
         );
-        let (specs, fading) = specs_at(&cfg, &mut starts, T0 + Duration::from_secs(15));
+        let (specs, fading) = specs_at(
+            &cfg,
+            &mut starts,
+            &HealthMap::new(),
+            T0 + Duration::from_secs(15),
+        );
         assert!(fading);
         // .11 at 15/20 of the window, .12 at 5/20.
         assert_eq!(specs[0].weights, vec![750, 250]);
-        let (specs, fading) = specs_at(&cfg, &mut starts, T0 + Duration::from_secs(40));
+        let (specs, fading) = specs_at(
+            &cfg,
+            &mut starts,
+            &HealthMap::new(),
+            T0 + Duration::from_secs(40),
+        );
         assert!(!fading);
         assert_eq!(specs[0].weights, vec![1000, 1000]);
     }
@@ -612,5 +725,54 @@ mod tests {
             "the final step is exact"
         );
         assert!(!weights_moved(&spec(1000), &spec(1000), false));
+    }
+}
+
+#[cfg(test)]
+mod health_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn unhealthy_backends_get_weight_zero_and_recovery_restarts_the_ramp() {
+        let text = "[node]\ninterface = \"eth0\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nfade_in = { window = \"20s\" }\nbackends = [{ address = \"198.18.0.11\" }, { address = \"198.18.0.12\" }]\n";
+        let cfg = crate::config::parse(text, "t").expect("valid");
+        let t0 = SystemTime::UNIX_EPOCH;
+        let mut starts = FadeStarts::default();
+        let b: IpAddr = "198.18.0.12".parse().expect("addr");
+        let mut health = HealthMap::new();
+        health.insert(
+            ("web".into(), b),
+            BackendHealth {
+                health: Health::default(),
+                recovered: None,
+            },
+        );
+        let key = ("web".to_string(), b);
+        let h = health.get_mut(&key).expect("entry");
+        for _ in 0..3 {
+            h.health.observe(false, 2, 3);
+        }
+        let settled = t0 + Duration::from_secs(100);
+        let (specs, fading) = specs_at(&cfg, &mut starts, &health, settled);
+        assert_eq!(specs[0].weights[1], 0, "unhealthy: no new flows");
+        assert!(fading, "both backends were first seen at t=100");
+        let h = health.get_mut(&key).expect("entry");
+        h.health.observe(true, 2, 3);
+        h.health.observe(true, 2, 3);
+        h.recovered = Some(settled + Duration::from_secs(100));
+        let (specs, fading) = specs_at(
+            &cfg,
+            &mut starts,
+            &health,
+            settled + Duration::from_secs(105),
+        );
+        assert!(fading);
+        assert_eq!(
+            specs[0].weights,
+            vec![1000, 250],
+            "recovered 5 s ago: a quarter of the way up"
+        );
     }
 }

@@ -7,5 +7,6 @@ pub mod config;
 pub mod dataplane;
 pub mod fade_state;
 pub mod fadein;
+pub mod health;
 pub mod maglev;
 pub mod sysctl;

@@ -81,7 +81,9 @@ fn a_new_backend_fades_in_along_the_formula() {
     let outcome = lbd.reload(&config(4));
     assert!(outcome.contains("reloaded"), "{outcome}");
     let mut during = Vec::new();
-    let mut port = 20000u16;
+    // Fixed source ports stay below the ephemeral range (32768+), which the held
+    // connections use.
+    let mut port = 10000u16;
     let mut samples = Vec::new();
     while added.elapsed() < WINDOW + Duration::from_secs(2) {
         let start = added.elapsed();

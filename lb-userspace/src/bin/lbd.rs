@@ -108,11 +108,22 @@ fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Resu
         let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
         // Fade-in steps: at most once a second (a tick with nothing fading does nothing).
         let mut fade = tokio::time::interval(std::time::Duration::from_secs(1));
+        let (reports, mut results) = tokio::sync::mpsc::unbounded_channel();
+        let mut prober = lb_userspace::health::Prober::default();
+        prober.sync(agent.probe_targets(), &reports);
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
                 _ = int.recv() => return Ok(Stop::TearDown),
-                _ = hup.recv() => reload(agent, path),
+                _ = hup.recv() => {
+                    reload(agent, path);
+                    prober.sync(agent.probe_targets(), &reports);
+                }
+                Some((service, backend, outcome)) = results.recv() => {
+                    if let Err(err) = agent.observe(&service, backend, &outcome, std::time::SystemTime::now()) {
+                        log::error!("applying a health change failed: {err}");
+                    }
+                }
                 _ = fade.tick() => {
                     if let Err(err) = agent.tick(std::time::SystemTime::now()) {
                         log::error!("fade-in step failed, retrying next second: {err}");

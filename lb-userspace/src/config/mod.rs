@@ -8,8 +8,8 @@ use std::{collections::HashSet, path::Path};
 
 pub use error::ConfigError;
 pub use model::{
-    BackendConfig, Config, DurationText, FadeInConfig, ForwardingModeConfig, NodeConfig, PortSpec,
-    Protocol, ServiceConfig, XdpMode,
+    BackendConfig, Config, DurationText, FadeInConfig, ForwardingModeConfig, HealthCheckConfig,
+    HealthCheckKind, NodeConfig, PortSpec, Protocol, ServiceConfig, XdpMode,
 };
 
 /// A validated configuration.
@@ -175,6 +175,34 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
                     span,
                     at("fade_in.min_weight"),
                     format!("{} must be in (0, 1]", fade.min_weight),
+                ));
+            }
+        }
+        if let Some(hc) = &svc.health_check {
+            if hc.port.is_none() && svc.port == PortSpec::All {
+                return Err(invalid(
+                    span,
+                    at("health_check.port"),
+                    "required for an all-ports service".into(),
+                ));
+            }
+            for (name, d) in [("interval", &hc.interval), ("timeout", &hc.timeout)] {
+                let d = d
+                    .parse()
+                    .map_err(|e| invalid(span.clone(), at(&format!("health_check.{name}")), e))?;
+                if d.is_zero() {
+                    return Err(invalid(
+                        span,
+                        at(&format!("health_check.{name}")),
+                        "must be longer than 0".into(),
+                    ));
+                }
+            }
+            if hc.rise == 0 || hc.fall == 0 {
+                return Err(invalid(
+                    span,
+                    at("health_check"),
+                    "rise and fall must be at least 1".into(),
                 ));
             }
         }

@@ -134,6 +134,72 @@ pub struct ServiceConfig {
     /// Slow start for new and recovered backends (`[service.fade_in]`); none by default.
     #[serde(default)]
     pub fade_in: Option<FadeInConfig>,
+    /// Active health checks (`[service.health_check]`); none by default (every backend
+    /// counts as healthy).
+    #[serde(default)]
+    pub health_check: Option<HealthCheckConfig>,
+}
+
+/// `[service.health_check]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// `tcp` (connect) or `http` (GET `path`, status in range); default `tcp`.
+    #[serde(default)]
+    pub kind: HealthCheckKind,
+    /// Port probed on each backend's address (default: the service port; required for
+    /// all-ports services).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// `http`: the request path (default `/`).
+    #[serde(default = "default_health_path")]
+    pub path: String,
+    /// `http`: accepted status, or none for any of 200-399.
+    #[serde(default)]
+    pub expect_status: Option<u16>,
+    /// Time between probes (default 2s).
+    #[serde(default = "default_interval")]
+    pub interval: DurationText,
+    /// Time a probe may take (default 1s).
+    #[serde(default = "default_timeout")]
+    pub timeout: DurationText,
+    /// Consecutive successes to become healthy again (default 2).
+    #[serde(default = "default_rise")]
+    pub rise: u32,
+    /// Consecutive failures to become unhealthy (default 3).
+    #[serde(default = "default_fall")]
+    pub fall: u32,
+}
+
+/// Health check kind.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthCheckKind {
+    /// TCP connect.
+    #[default]
+    Tcp,
+    /// HTTP GET.
+    Http,
+}
+
+fn default_health_path() -> String {
+    "/".into()
+}
+
+fn default_interval() -> DurationText {
+    DurationText::Text("2s".into())
+}
+
+fn default_timeout() -> DurationText {
+    DurationText::Text("1s".into())
+}
+
+fn default_rise() -> u32 {
+    2
+}
+
+fn default_fall() -> u32 {
+    3
 }
 
 /// `[service.fade_in]`: `w_eff = w · max(min_weight, (age/window)^exponent)`.

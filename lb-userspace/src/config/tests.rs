@@ -243,3 +243,28 @@ fn shipped_example_configs_are_valid() {
         parse(text, name).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+#[test]
+fn health_check_settings() {
+    let text = GOOD.replace("port = 80\n", "port = 80\nhealth_check = { kind = \"http\", path = \"/healthz\", interval = \"500ms\", fall = 2 }\n");
+    let cfg = parse(&text, "lbd.toml").expect("valid");
+    let hc = cfg.services[0].health_check.as_ref().expect("health_check");
+    assert_eq!(hc.kind, HealthCheckKind::Http);
+    assert_eq!((hc.rise, hc.fall, hc.port), (2, 2, None));
+    assert_eq!(
+        hc.interval.parse(),
+        Ok(std::time::Duration::from_millis(500))
+    );
+    let e = err(&text.replace("fall = 2", "fall = 0"));
+    assert!(
+        e.contains("health_check: rise and fall must be at least 1"),
+        "{e}"
+    );
+    let e = err(&text.replace("\"500ms\"", "\"0s\""));
+    assert!(
+        e.contains("health_check.interval: must be longer than 0"),
+        "{e}"
+    );
+    let all = text.replace("port = 80\n", "port = \"all\"\n");
+    assert!(err(&all).contains("health_check.port: required for an all-ports service"));
+}

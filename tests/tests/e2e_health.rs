@@ -1,0 +1,117 @@
+//! Health checks on the real data plane: a backend whose health endpoint dies stops
+//! getting new flows within fall × interval; connections to every backend keep working;
+//! when it recovers it gets new flows again.
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use lb_testbed::{
+    LbdProcess, Topology, TopologyOptions, is_root,
+    topology::{VIP, backend_addr},
+    traffic::{Held, Server, http_requests},
+};
+
+const INTERVAL_MS: u64 = 200;
+const FALL: u64 = 2;
+
+fn config() -> String {
+    let list: Vec<String> = (0..3)
+        .map(|i| format!("{{ address = \"{}\" }}", backend_addr(i)))
+        .collect();
+    let hc = format!(
+        "health_check = {{ kind = \"http\", port = 8081, path = \"/healthz\", interval = {INTERVAL_MS}, timeout = 150, rise = 2, fall = {FALL} }}"
+    );
+    format!(
+        "[node]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\n\n[[service]]\nname = \"web\"\nvip = \"{VIP}\"\nport = 80\n{hc}\nbackends = [{list}]\n\n[[service]]\nname = \"echo\"\nvip = \"{VIP}\"\nport = 7000\n{hc}\nbackends = [{list}]\n",
+        list = list.join(", ")
+    )
+}
+
+fn wait_for_log(lbd: &LbdProcess, needle: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if lbd.log().contains(needle) {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!(
+        "lbd did not log {needle:?} within {limit:?}:\n{}",
+        lbd.log()
+    );
+}
+
+#[test]
+fn an_unhealthy_backend_gets_no_new_flows_and_nothing_breaks() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions::default());
+    let _traffic: Vec<Server> = topo
+        .backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            let name = format!("backend-{}", i + 1);
+            [
+                Server::http(ns, VIP, 80, &name),
+                Server::echo(ns, VIP, 7000, &name),
+            ]
+        })
+        .collect();
+    let health = |i: usize| Server::http(&topo.backends[i], backend_addr(i), 8081, "ok");
+    let mut checks: Vec<Option<Server>> = (0..3).map(|i| Some(health(i))).collect();
+    let lbd = LbdProcess::start(&topo.lb, &config());
+
+    let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), 7000), 30);
+    let on: Vec<String> = held
+        .iter_mut()
+        .map(|c| c.ask("hello").expect("echo"))
+        .collect();
+    assert!(
+        on.iter().any(|b| b == "backend-2"),
+        "some held connections on backend-2: {on:?}"
+    );
+
+    // backend-2's health endpoint goes away (its service keeps running).
+    checks[1] = None;
+    let unhealthy = format!("backend {} is unhealthy", backend_addr(1));
+    let took = wait_for_log(&lbd, &format!("web: {unhealthy}"), Duration::from_secs(10));
+    let bound = Duration::from_millis(FALL * INTERVAL_MS + 150 + 1000);
+    assert!(
+        took <= bound,
+        "detected after {took:?}, more than fall × interval (+ timeout, slack) {bound:?}"
+    );
+    wait_for_log(&lbd, &format!("echo: {unhealthy}"), Duration::from_secs(10));
+
+    let fresh = http_requests(&topo.client, VIP, 80, 150);
+    assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
+    assert!(
+        !fresh.served.contains_key("backend-2"),
+        "unhealthy backend got new flows: {:?}",
+        fresh.served
+    );
+    for (i, (c, was)) in held.iter_mut().zip(&on).enumerate() {
+        let now = c
+            .ask("still")
+            .unwrap_or_else(|e| panic!("held {i} on {was} broke: {e}"));
+        assert_eq!(&now, was, "held {i} moved");
+    }
+
+    // It recovers: new flows reach it again.
+    checks[1] = Some(health(1));
+    wait_for_log(
+        &lbd,
+        &format!("web: backend {} is healthy again", backend_addr(1)),
+        Duration::from_secs(10),
+    );
+    let back = http_requests(&topo.client, VIP, 80, 150);
+    assert!(back.failures.is_empty(), "{:?}", back.failures);
+    assert!(
+        back.served.contains_key("backend-2"),
+        "recovered backend gets new flows: {:?}",
+        back.served
+    );
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
