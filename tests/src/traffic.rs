@@ -364,3 +364,36 @@ fn udp_exchange(target: SocketAddr, i: usize) -> Result<String, String> {
         .ok_or_else(|| format!("datagram {i}: unexpected reply {reply:?}"))?;
     Ok(name.to_owned())
 }
+
+/// What a backend server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerKind {
+    /// [`Server::http`].
+    Http,
+    /// [`Server::udp`].
+    Udp,
+    /// [`Server::echo`].
+    Echo,
+}
+
+/// Starts, on every backend of `topo`, one server per `(kind, port)` listening on
+/// `addr(i)`, each named `backend-<i+1>`.
+pub fn serve_backends(
+    topo: &crate::Topology,
+    addr: impl Fn(usize) -> IpAddr,
+    servers: &[(ServerKind, u16)],
+) -> Vec<Server> {
+    topo.backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            let name = format!("backend-{}", i + 1);
+            let a = addr(i);
+            servers.iter().map(move |&(kind, port)| match kind {
+                ServerKind::Http => Server::http(ns, a, port, &name),
+                ServerKind::Udp => Server::udp(ns, a, port, &name),
+                ServerKind::Echo => Server::echo(ns, a, port, &name),
+            })
+        })
+        .collect()
+}

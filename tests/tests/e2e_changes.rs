@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     topology::{VIP, backend_addr},
-    traffic::{Held, Server, Tally, http_requests},
+    traffic::{Held, Server, ServerKind, Tally, http_requests, serve_backends},
 };
 
 const HTTP_PORT: u16 = 80;
@@ -43,18 +43,11 @@ fn setup(backends: usize) -> Setup {
         backends,
         native_xdp: false,
     });
-    let servers: Vec<Server> = topo
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ns)| {
-            let name = format!("backend-{}", i + 1);
-            [
-                Server::http(ns, VIP, HTTP_PORT, &name),
-                Server::echo(ns, VIP, ECHO_PORT, &name),
-            ]
-        })
-        .collect();
+    let servers = serve_backends(
+        &topo,
+        |_| VIP.into(),
+        &[(ServerKind::Http, HTTP_PORT), (ServerKind::Echo, ECHO_PORT)],
+    );
     let lbd = LbdProcess::start(&topo.lb, &config(&[0, 1, 2]));
     let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), ECHO_PORT), HELD);
     let on: Vec<String> = held

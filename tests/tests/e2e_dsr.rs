@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     topology::{HOST_IF, VIP, VIP6, backend_addr, backend_addr6},
-    traffic::{Server, http_requests, udp_requests},
+    traffic::{Server, ServerKind, http_requests, serve_backends, udp_requests},
 };
 
 const HTTP_PORT: u16 = 80;
@@ -65,18 +65,11 @@ fn steer_through_vip(mode: &str, family: Family) {
         backends: 3,
         native_xdp: mode == "native",
     });
-    let _servers: Vec<Server> = topo
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ns)| {
-            let name = format!("backend-{}", i + 1);
-            [
-                Server::http(ns, vip, HTTP_PORT, &name),
-                Server::udp(ns, vip, UDP_PORT, &name),
-            ]
-        })
-        .collect();
+    let _servers = serve_backends(
+        &topo,
+        |_| vip,
+        &[(ServerKind::Http, HTTP_PORT), (ServerKind::Udp, UDP_PORT)],
+    );
     let lbd = LbdProcess::start(&topo.lb, &config(mode, family, 3));
     assert!(
         xdp_attached(&topo),

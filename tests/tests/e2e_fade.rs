@@ -10,7 +10,7 @@ use std::{
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     topology::{CLIENT_ADDR, VIP, backend_addr},
-    traffic::{Held, Server, http_requests_from},
+    traffic::{Held, ServerKind, http_requests_from, serve_backends},
 };
 
 const WINDOW: Duration = Duration::from_secs(20);
@@ -45,18 +45,11 @@ fn a_new_backend_fades_in_along_the_formula() {
         backends: 4,
         native_xdp: false,
     });
-    let _servers: Vec<Server> = topo
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ns)| {
-            let name = format!("backend-{}", i + 1);
-            [
-                Server::http(ns, VIP, 80, &name),
-                Server::echo(ns, VIP, 7000, &name),
-            ]
-        })
-        .collect();
+    let _servers = serve_backends(
+        &topo,
+        |_| VIP.into(),
+        &[(ServerKind::Http, 80), (ServerKind::Echo, 7000)],
+    );
     // Backends 1-3 have been running for an hour: their ramps are long over.
     let hour_ago = SystemTime::now() - Duration::from_secs(3600);
     let ms = hour_ago

@@ -10,7 +10,7 @@ use std::{
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     topology::{VIP, backend_addr},
-    traffic::{Held, Server, http_requests},
+    traffic::{Held, Server, ServerKind, http_requests, serve_backends},
 };
 
 const INTERVAL_MS: u64 = 200;
@@ -47,18 +47,11 @@ fn wait_for_log(lbd: &LbdProcess, needle: &str, limit: Duration) -> Duration {
 fn an_unhealthy_backend_gets_no_new_flows_and_nothing_breaks() {
     assert!(is_root(), "this test needs root (network namespaces, XDP)");
     let topo = Topology::build(&TopologyOptions::default());
-    let _traffic: Vec<Server> = topo
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ns)| {
-            let name = format!("backend-{}", i + 1);
-            [
-                Server::http(ns, VIP, 80, &name),
-                Server::echo(ns, VIP, 7000, &name),
-            ]
-        })
-        .collect();
+    let _traffic = serve_backends(
+        &topo,
+        |_| VIP.into(),
+        &[(ServerKind::Http, 80), (ServerKind::Echo, 7000)],
+    );
     let health = |i: usize| Server::http(&topo.backends[i], backend_addr(i), 8081, "ok");
     let mut checks: Vec<Option<Server>> = (0..3).map(|i| Some(health(i))).collect();
     let lbd = LbdProcess::start(&topo.lb, &config());

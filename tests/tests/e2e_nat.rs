@@ -7,7 +7,7 @@ use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     lbd::nat_config,
     topology::{HOST_IF, VIP, VIP6, backend_addr, backend_addr6},
-    traffic::{Server, http_requests, udp_requests},
+    traffic::{ServerKind, http_requests, serve_backends, udp_requests},
 };
 
 const NAT4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
@@ -42,18 +42,11 @@ fn nat_round_trips(mode: &str, v6: bool) {
     };
     let vip: IpAddr = if v6 { VIP6.into() } else { VIP.into() };
     // Backends listen on their own address only: nothing about the VIP is configured.
-    let _servers: Vec<Server> = topo
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ns)| {
-            let name = format!("backend-{}", i + 1);
-            [
-                Server::http(ns, backend(i), 80, &name),
-                Server::udp(ns, backend(i), 5353, &name),
-            ]
-        })
-        .collect();
+    let _servers = serve_backends(
+        &topo,
+        backend,
+        &[(ServerKind::Http, 80), (ServerKind::Udp, 5353)],
+    );
     let backends: Vec<IpAddr> = (0..3).map(backend).collect();
     let config = nat_config(
         mode,
