@@ -147,6 +147,11 @@ impl LbdProcess {
         panic!("lbd did not report the reload:\n{}", self.log());
     }
 
+    /// Rewrites the config file without signalling lbd (it watches the file).
+    pub fn edit_config(&self, config: &str) {
+        self.write_config(config);
+    }
+
     /// Everything `lbd` has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

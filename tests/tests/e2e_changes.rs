@@ -239,3 +239,33 @@ fn restarting_lbd_under_traffic_breaks_no_connection() {
     assert_eq!(code, Some(0), "{log}");
     assert!(!pins.exists(), "pins left behind at {}", pins.display());
 }
+
+#[test]
+fn editing_the_config_file_reloads_without_a_signal() {
+    let Setup {
+        topo,
+        _servers,
+        lbd,
+        held: _,
+        on: _,
+    } = setup(3);
+    let before = lbd.log().matches("reloaded").count();
+    lbd.edit_config(&config(&[0, 2]));
+    let start = std::time::Instant::now();
+    while lbd.log().matches("reloaded").count() == before {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "no reload after the edit:\n{}",
+            lbd.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(lbd.log().contains("lbd.toml changed"), "{}", lbd.log());
+    let fresh = http_requests(&topo.client, VIP, HTTP_PORT, 60);
+    assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
+    assert!(
+        !fresh.served.contains_key("backend-2"),
+        "edited-out backend got new flows: {:?}",
+        fresh.served
+    );
+}

@@ -94,8 +94,9 @@ enum Stop {
     TearDown,
 }
 
-/// Serves signals until SIGINT or SIGTERM: SIGHUP reloads the config file. A config
-/// that fails to load or apply is reported and the running state is kept.
+/// Serves signals until SIGINT or SIGTERM: SIGHUP — or an edit of the config file,
+/// checked every second — reloads the config. A config that fails to load or apply is
+/// reported and the running state is kept.
 fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Result<Stop> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -111,6 +112,7 @@ fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Resu
         let (reports, mut results) = tokio::sync::mpsc::unbounded_channel();
         let mut prober = lb_userspace::health::Prober::default();
         prober.sync(agent.probe_targets(), &reports);
+        let mut file = FileStamp::of(path);
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
@@ -128,10 +130,33 @@ fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Resu
                     if let Err(err) = agent.tick(std::time::SystemTime::now()) {
                         log::error!("fade-in step failed, retrying next second: {err}");
                     }
+                    // The config file is watched too: an edit reloads like SIGHUP.
+                    let now = FileStamp::of(path);
+                    if now != file {
+                        file = now;
+                        log::info!("{} changed", path.display());
+                        reload(agent, path);
+                        prober.sync(agent.probe_targets(), &reports);
+                    }
                 }
             }
         }
     })
+}
+
+/// What tells a file edit apart: modification time and size (an editor's
+/// write-and-rename changes both or at least the time). `None` when unreadable.
+#[derive(Debug, PartialEq, Eq)]
+struct FileStamp(Option<(std::time::SystemTime, u64)>);
+
+impl FileStamp {
+    fn of(path: &std::path::Path) -> Self {
+        Self(
+            std::fs::metadata(path)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len()))),
+        )
+    }
 }
 
 fn reload(agent: &mut Agent, path: &std::path::Path) {
