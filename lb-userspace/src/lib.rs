@@ -9,4 +9,5 @@ pub mod fade_state;
 pub mod fadein;
 pub mod health;
 pub mod maglev;
+pub mod sources;
 pub mod sysctl;

@@ -1,0 +1,424 @@
+//! Kubernetes `discovery.k8s.io/v1` EndpointSlice documents → backends per service port.
+//!
+//! Follows the semantics kube-proxy implements (shared/testdata/endpointslices/
+//! schema-notes.md):
+//! - accepted: `discovery.k8s.io/v1` `EndpointSlice` objects, alone, in multi-document
+//!   YAML, in an `EndpointSliceList` (items without kind/apiVersion) or a kubectl `List`;
+//!   everything else is ignored with a reason;
+//! - addressType `IPv4`/`IPv6` only (FQDN and unknown types ignored, never sniffed);
+//! - the slice's service is `(namespace, kubernetes.io/service-name label)`; no label, no
+//!   service;
+//! - only an endpoint's first address is used (as kube-proxy does), canonicalised;
+//! - conditions: nil `ready` and nil `serving` mean true, nil `terminating` false; ready
+//!   endpoints take new flows, serving+terminating ones only drain — unless a service
+//!   port has no ready endpoint, then they take new flows too (kube-proxy's fallback);
+//! - ports: name defaults to `""`, protocol to `TCP`; a nil, zero or out-of-range port is
+//!   unusable, and a slice without usable ports gives no backends;
+//! - duplicates (same address and port across slices) keep the non-terminating copy.
+
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde::Deserialize;
+
+/// A backend's state from its conditions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EndpointState {
+    /// Ready: new and existing flows.
+    Ready,
+    /// Serving but terminating: existing flows only (new ones only as a fallback).
+    Draining,
+}
+
+/// One usable endpoint of a slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The first address, canonical.
+    pub addr: IpAddr,
+    /// Its state.
+    pub state: EndpointState,
+}
+
+/// One usable port of a slice.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SlicePort {
+    /// Port name (`""` when unnamed): the join key to the Service's port.
+    pub name: String,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The target port.
+    pub port: u16,
+}
+
+/// An accepted EndpointSlice, reduced to what backends are built from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    /// Namespace (`default` when absent).
+    pub namespace: String,
+    /// The `kubernetes.io/service-name` label.
+    pub service: String,
+    /// The slice's own name.
+    pub name: String,
+    /// Whether the addresses are IPv6.
+    pub ipv6: bool,
+    /// `metadata.creationTimestamp`, when present and valid (a fade-in input).
+    pub created: Option<SystemTime>,
+    /// Usable ports.
+    pub ports: Vec<SlicePort>,
+    /// Usable endpoints (excluded ones dropped).
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// A document that was not ingested, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ignored {
+    /// 0-based index of the document in its file (items of a list count separately).
+    pub index: usize,
+    /// Why.
+    pub reason: String,
+}
+
+/// A file's contents: accepted slices and ignored documents.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// Accepted slices.
+    pub slices: Vec<Slice>,
+    /// Ignored documents.
+    pub ignored: Vec<Ignored>,
+}
+
+/// Parses a file of one or more YAML or JSON documents.
+///
+/// # Errors
+/// Text that is not YAML/JSON at all, with the parser's location.
+pub fn parse(text: &str) -> Result<Parsed, String> {
+    let mut out = Parsed::default();
+    let mut index = 0;
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let value = serde_yaml::Value::deserialize(doc).map_err(|e| e.to_string())?;
+        if value.is_null() {
+            continue; // an empty document (e.g. a trailing `---`)
+        }
+        let kind = str_field(&value, "kind");
+        let api = str_field(&value, "apiVersion");
+        match kind.as_deref() {
+            Some("EndpointSliceList") | Some("List") => {
+                let items = value
+                    .get("items")
+                    .and_then(|i| i.as_sequence())
+                    .cloned()
+                    .unwrap_or_default();
+                for item in items {
+                    // EndpointSliceList items carry no TypeMeta: they inherit the list's.
+                    let inherit = if kind.as_deref() == Some("EndpointSliceList") {
+                        Some(("EndpointSlice".to_owned(), api.clone()))
+                    } else {
+                        None
+                    };
+                    accept(&item, inherit, index, &mut out);
+                    index += 1;
+                }
+            }
+            _ => {
+                accept(&value, None, index, &mut out);
+                index += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn str_field(v: &serde_yaml::Value, key: &str) -> Option<String> {
+    v.get(key).and_then(|s| s.as_str()).map(str::to_owned)
+}
+
+/// The fields we read; everything else is tolerated and ignored.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawSlice {
+    #[serde(default)]
+    metadata: RawMeta,
+    address_type: Option<String>,
+    #[serde(default)]
+    endpoints: Option<Vec<RawEndpoint>>,
+    #[serde(default)]
+    ports: Option<Vec<RawPort>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, Option<String>>>,
+    creation_timestamp: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawEndpoint {
+    #[serde(default)]
+    addresses: Option<Vec<String>>,
+    #[serde(default)]
+    conditions: Option<RawConditions>,
+}
+
+#[derive(Default, Deserialize)]
+struct RawConditions {
+    ready: Option<bool>,
+    serving: Option<bool>,
+    terminating: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct RawPort {
+    name: Option<String>,
+    protocol: Option<String>,
+    port: Option<serde_yaml::Value>,
+}
+
+const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+
+fn accept(
+    value: &serde_yaml::Value,
+    inherit: Option<(String, Option<String>)>,
+    index: usize,
+    out: &mut Parsed,
+) {
+    let ignore = |out: &mut Parsed, reason: String| out.ignored.push(Ignored { index, reason });
+    let (kind, api) = match inherit {
+        Some((k, a)) => (Some(k), a),
+        None => (str_field(value, "kind"), str_field(value, "apiVersion")),
+    };
+    if kind.as_deref() != Some("EndpointSlice") {
+        return ignore(out, format!("kind {kind:?} is not EndpointSlice"));
+    }
+    if api.as_deref() != Some("discovery.k8s.io/v1") {
+        return ignore(
+            out,
+            format!("apiVersion {api:?} is not discovery.k8s.io/v1"),
+        );
+    }
+    let raw: RawSlice = match serde_yaml::from_value(value.clone()) {
+        Ok(raw) => raw,
+        Err(e) => return ignore(out, format!("malformed EndpointSlice: {e}")),
+    };
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    let ipv6 = match raw.address_type.as_deref() {
+        Some("IPv4") => false,
+        Some("IPv6") => true,
+        other => {
+            return ignore(
+                out,
+                format!("slice {name:?}: addressType {other:?} is not IPv4 or IPv6"),
+            );
+        }
+    };
+    let service = raw
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SERVICE_NAME).cloned().flatten())
+        .filter(|s| !s.is_empty());
+    let Some(service) = service else {
+        return ignore(
+            out,
+            format!("slice {name:?}: no {LABEL_SERVICE_NAME} label"),
+        );
+    };
+    let ports = raw
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| {
+            let port = p.port.as_ref().and_then(serde_yaml::Value::as_i64)?;
+            let port = u16::try_from(port).ok().filter(|&p| p > 0)?;
+            Some(SlicePort {
+                name: p.name.unwrap_or_default(),
+                protocol: p.protocol.unwrap_or_else(|| "TCP".into()),
+                port,
+            })
+        })
+        .collect();
+    let endpoints = raw
+        .endpoints
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| {
+            let first = e.addresses.as_ref()?.first()?;
+            let addr: IpAddr = first.parse().ok()?;
+            let addr = canonical(addr);
+            if addr.is_ipv6() != ipv6 {
+                return None;
+            }
+            let c = e.conditions.unwrap_or_default();
+            let (ready, serving, terminating) = (
+                c.ready.unwrap_or(true),
+                c.serving.unwrap_or(true),
+                c.terminating.unwrap_or(false),
+            );
+            let state = if ready {
+                EndpointState::Ready
+            } else if serving && terminating {
+                EndpointState::Draining
+            } else {
+                return None;
+            };
+            Some(Endpoint { addr, state })
+        })
+        .collect();
+    out.slices.push(Slice {
+        namespace: raw.metadata.namespace.unwrap_or_else(|| "default".into()),
+        service,
+        name,
+        ipv6,
+        created: raw
+            .metadata
+            .creation_timestamp
+            .as_deref()
+            .and_then(parse_rfc3339),
+        ports,
+        endpoints,
+    });
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4; everything else as parsed (already canonical).
+fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// A backend of one service port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PortBackend {
+    /// Address.
+    pub addr: IpAddr,
+    /// Target port.
+    pub port: u16,
+    /// State.
+    pub state: EndpointState,
+}
+
+/// `(namespace, service)`.
+pub type ServiceKey = (String, String);
+/// `(port name, protocol)`.
+pub type PortKey = (String, String);
+
+/// Backends per service port, per service.
+pub type ServiceBackends = BTreeMap<ServiceKey, BTreeMap<PortKey, Vec<PortBackend>>>;
+
+/// Every service's backends, per service port, from a set of slices.
+pub fn backends(slices: &[Slice]) -> ServiceBackends {
+    type States = BTreeMap<(IpAddr, u16), EndpointState>;
+    let mut out: BTreeMap<ServiceKey, BTreeMap<PortKey, States>> = BTreeMap::new();
+    for slice in slices {
+        let service = out
+            .entry((slice.namespace.clone(), slice.service.clone()))
+            .or_default();
+        for port in &slice.ports {
+            let set = service
+                .entry((port.name.clone(), port.protocol.clone()))
+                .or_default();
+            for ep in &slice.endpoints {
+                let state = set.entry((ep.addr, port.port)).or_insert(ep.state);
+                // A duplicate keeps the non-terminating copy.
+                *state = (*state).min(ep.state);
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(svc, ports)| {
+            let ports = ports
+                .into_iter()
+                .map(|(k, set)| {
+                    let list = set
+                        .into_iter()
+                        .map(|((addr, port), state)| PortBackend { addr, port, state })
+                        .collect();
+                    (k, list)
+                })
+                .collect();
+            (svc, ports)
+        })
+        .collect()
+}
+
+/// The backends that take new flows: the ready ones, or if there are none the draining
+/// ones (kube-proxy's fallback).
+pub fn for_new_flows(list: &[PortBackend]) -> Vec<&PortBackend> {
+    let ready: Vec<&PortBackend> = list
+        .iter()
+        .filter(|b| b.state == EndpointState::Ready)
+        .collect();
+    if ready.is_empty() {
+        list.iter()
+            .filter(|b| b.state == EndpointState::Draining)
+            .collect()
+    } else {
+        ready
+    }
+}
+
+/// Parses the RFC 3339 timestamps Kubernetes writes (`2022-09-13T11:11:26Z`, optionally
+/// with fractional seconds or a numeric offset). `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
+    let (y, mo, d, h, mi, s) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    );
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let mut rest = &text[19..];
+    let mut nanos = 0u32;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        let f = &frac[..digits];
+        nanos = format!("{f:0<9}").get(..9)?.parse().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
+            let sign = if o.starts_with('-') { -1 } else { 1 };
+            sign * (o[1..3].parse::<i64>().ok()? * 3600 + o[4..6].parse::<i64>().ok()? * 60)
+        }
+        _ => return None,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset;
+    let secs = u64::try_from(secs).ok()?;
+    Some(UNIX_EPOCH + Duration::new(secs, nanos))
+}
+
+#[cfg(test)]
+mod tests;

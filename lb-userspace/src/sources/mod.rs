@@ -1,0 +1,3 @@
+//! Where services' backends come from besides the TOML file.
+
+pub mod endpointslice;
