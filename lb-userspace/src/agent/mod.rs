@@ -2,28 +2,31 @@
 //! takes it down again cleanly.
 
 use std::{
-    collections::HashMap,
     ffi::CString,
     net::IpAddr,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Instant, SystemTime},
 };
 
-use lb_common::{Counter, ForwardingMode, GlobalConfig};
+use lb_common::Counter;
 
 use crate::{
     bpffs,
-    config::{ForwardingModeConfig, ValidConfig},
+    config::ValidConfig,
     dataplane::{
         ApplyReport, DataplaneError, MapOps as _, Programmer, ServiceSpec,
         kernel::{AttachOutcome, KernelDataplane, LINK_PIN},
-        neighbour, vip_key,
+        neighbour,
     },
     fade_state::FadeStarts,
-    fadein::FadeIn,
-    health::{Health, Outcome, Probe, ProbeTarget},
+    health::{Outcome, Probe, ProbeTarget},
     sysctl::Forwarding,
 };
+
+mod specs;
+
+pub use specs::{BackendHealth, HealthMap, global_config, service_specs, specs_at, weights_moved};
+use specs::{dsr_backends, state_path};
 
 /// Why the agent could not start or stop.
 #[derive(Debug, thiserror::Error)]
@@ -90,112 +93,6 @@ pub struct Agent {
     fade_rebuilds: u64,
     /// Health of checked backends.
     health: HealthMap,
-}
-
-/// Relative weight change (per mille of the larger weight) that triggers a rebuild
-/// while fading: 2%.
-const FADE_STEP_PER_MILLE: u64 = 20;
-
-/// Health of each checked backend, by (service name, address).
-pub type HealthMap = HashMap<(String, IpAddr), BackendHealth>;
-
-/// A backend's health and when it last recovered.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct BackendHealth {
-    /// Rise/fall state.
-    pub health: Health,
-    /// Last unhealthy → healthy transition (restarts the fade-in ramp).
-    pub recovered: Option<SystemTime>,
-}
-
-/// The specs at `now`: unhealthy backends at weight 0 (no new flows, established ones
-/// continue), fading backends scaled down per [`FadeIn`]. Returns whether any ramp is
-/// still running. Records first sight of new backends in `starts`.
-pub fn specs_at(
-    config: &ValidConfig,
-    starts: &mut FadeStarts,
-    health: &HealthMap,
-    now: SystemTime,
-) -> (Vec<ServiceSpec>, bool) {
-    let mut specs = service_specs(config);
-    let mut fading = false;
-    for (spec, svc) in specs.iter_mut().zip(&config.services) {
-        for (w, b) in spec.weights.iter_mut().zip(&svc.backends) {
-            if health
-                .get(&(svc.name.clone(), b.address))
-                .is_some_and(|h| !h.health.healthy)
-            {
-                *w = 0;
-            }
-        }
-        let Some(fade) = &svc.fade_in else { continue };
-        let Ok(window) = fade.window.parse() else {
-            continue;
-        };
-        let f = FadeIn {
-            window,
-            exponent: fade.exponent,
-            min_weight: fade.min_weight,
-        };
-        for (w, b) in spec.weights.iter_mut().zip(&svc.backends) {
-            let recovered = health
-                .get(&(svc.name.clone(), b.address))
-                .and_then(|h| h.recovered);
-            let seen = starts.first_seen(&svc.name, b.address, now);
-            let start = crate::fadein::ramp_start(seen, None, recovered, now);
-            fading |= *w > 0 && f.fading(start, now);
-            *w = f.effective(*w, start, now);
-        }
-    }
-    let live: Vec<(String, IpAddr)> = config
-        .services
-        .iter()
-        .flat_map(|s| s.backends.iter().map(|b| (s.name.clone(), b.address)))
-        .collect();
-    starts.retain(&live);
-    (specs, fading)
-}
-
-/// Whether the weights moved enough to rebuild: by 2% of a backend's weight while
-/// fading, or at all once fading is over (the final table is exact).
-pub fn weights_moved(old: &[ServiceSpec], new: &[ServiceSpec], still_fading: bool) -> bool {
-    old.len() != new.len()
-        || old.iter().zip(new).any(|(o, n)| {
-            o.weights.len() != n.weights.len()
-                || o.weights.iter().zip(&n.weights).any(|(&a, &b)| {
-                    let (a, b) = (u64::from(a), u64::from(b));
-                    if still_fading {
-                        a.abs_diff(b) * 1000 >= a.max(b) * FADE_STEP_PER_MILLE
-                    } else {
-                        a != b
-                    }
-                })
-        })
-}
-
-fn state_path(config: &ValidConfig) -> Option<PathBuf> {
-    let dir = &config.node.state_dir;
-    (!dir.is_empty()).then(|| Path::new(dir).join("fade-in.json"))
-}
-
-/// What the data plane is told for each configured service.
-pub fn service_specs(config: &ValidConfig) -> Vec<ServiceSpec> {
-    config
-        .services
-        .iter()
-        .map(|svc| ServiceSpec {
-            name: svc.name.clone(),
-            key: vip_key(svc.vip, svc.port.key_port(), svc.protocol.number()),
-            mode: match svc.mode {
-                ForwardingModeConfig::Dsr => ForwardingMode::Dsr,
-                ForwardingModeConfig::Nat => ForwardingMode::Nat,
-                ForwardingModeConfig::L7 => ForwardingMode::L7,
-            },
-            backends: svc.backends.iter().map(|b| b.address).collect(),
-            table_size: svc.table_size,
-            weights: svc.backends.iter().map(|b| b.weight).collect(),
-        })
-        .collect()
 }
 
 impl Agent {
@@ -534,39 +431,6 @@ fn save_starts(starts: &mut FadeStarts) {
     }
 }
 
-/// Node-wide data-plane settings from the config.
-pub fn global_config(config: &ValidConfig) -> GlobalConfig {
-    let node = &config.node;
-    let nat_of = |v6: bool| {
-        node.nat_addresses
-            .iter()
-            .find(|a| a.is_ipv6() == v6)
-            .map_or([0; 16], |a| crate::dataplane::addr16(*a))
-    };
-    let count = u32::from(node.nat_ports.last) - u32::from(node.nat_ports.first) + 1;
-    GlobalConfig {
-        hash_seed: node.hash_seed,
-        flags: 0,
-        nat_port_first: node.nat_ports.first,
-        nat_port_count: count.min(u32::from(u16::MAX)) as u16,
-        _pad: 0,
-        nat_v4: nat_of(false),
-        nat_v6: nat_of(true),
-    }
-}
-
-/// Backends the node forwards to (dsr and nat): their neighbours must stay resolved.
-fn dsr_backends(specs: &[ServiceSpec]) -> Vec<IpAddr> {
-    let mut addrs: Vec<IpAddr> = specs
-        .iter()
-        .filter(|s| s.mode != ForwardingMode::L7)
-        .flat_map(|s| s.backends.iter().copied())
-        .collect();
-    addrs.sort_unstable();
-    addrs.dedup();
-    addrs
-}
-
 fn enable_forwarding(family: &'static str, interface: &str) -> Result<Forwarding, AgentError> {
     Forwarding::enable(family, interface).map_err(|source| AgentError::Sysctl {
         family,
@@ -594,185 +458,4 @@ pub fn ifindex(name: &str) -> Result<u32, AgentError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    const T0: SystemTime = SystemTime::UNIX_EPOCH;
-
-    fn config(fade: bool, backends: &[&str]) -> ValidConfig {
-        let list: Vec<String> = backends
-            .iter()
-            .map(|b| format!("{{ address = \"{b}\" }}"))
-            .collect();
-        let fade = if fade {
-            "fade_in = { window = \"20s\" }\n"
-        } else {
-            ""
-        };
-        let text = format!(
-            "[node]\ninterface = \"eth0\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\n{fade}backends = [{}]\n",
-            list.join(", ")
-        );
-        crate::config::parse(&text, "test").expect("valid")
-    }
-
-    /// Rebuilds a ticking agent would do over `secs` seconds, one tick a second, for a
-    /// config whose backends were all first seen at `T0` except `late`, seen at `late_at`.
-    fn rebuilds_over(cfg: &ValidConfig, late: Option<(&str, u64)>, secs: u64) -> u32 {
-        let mut starts = FadeStarts::default();
-        for b in &cfg.services[0].backends {
-            starts.first_seen("web", b.address, T0);
-        }
-        if let Some((addr, at)) = late {
-            let addr: IpAddr = addr.parse().expect("addr");
-            starts.retain(&[]);
-            for b in cfg.services[0]
-                .backends
-                .iter()
-                .filter(|b| b.address != addr)
-            {
-                starts.first_seen("web", b.address, T0);
-            }
-            starts.first_seen("web", addr, T0 + Duration::from_secs(at));
-        }
-        let (mut applied, mut fading) = specs_at(
-            cfg,
-            &mut starts,
-            &HealthMap::new(),
-            T0 + Duration::from_secs(late.map_or(0, |l| l.1)),
-        );
-        let mut rebuilds = 0;
-        for s in 1..=secs {
-            if !fading {
-                continue;
-            }
-            let now = T0 + Duration::from_secs(late.map_or(0, |l| l.1) + s);
-            let (specs, still) = specs_at(cfg, &mut starts, &HealthMap::new(), now);
-            fading = still;
-            if weights_moved(&applied, &specs, still) {
-                applied = specs;
-                rebuilds += 1;
-            }
-        }
-        rebuilds
-    }
-
-    #[test]
-    fn no_fade_in_means_no_rebuilds_at_all() {
-        let cfg = config(false, &["198.18.0.11", "198.18.0.12"]);
-        let (specs, fading) = specs_at(&cfg, &mut FadeStarts::default(), &HealthMap::new(), T0);
-        assert!(!fading);
-        assert_eq!(specs[0].weights, vec![1, 1], "raw weights");
-        assert_eq!(rebuilds_over(&cfg, None, 60), 0);
-    }
-
-    #[test]
-    fn a_new_backend_ramps_in_steps_then_stops() {
-        let cfg = config(
-            true,
-            &["198.18.0.11", "198.18.0.12", "198.18.0.13", "198.18.0.14"],
-        );
-        // Three backends long settled, the fourth added at 100 s.
-        let n = rebuilds_over(&cfg, Some(("198.18.0.14", 100)), 60);
-        assert!(
-            (15..=20).contains(&n),
-            "one rebuild per second while the weight moves ≥ 2%: {n}"
-        );
-    }
-
-    #[test]
-    fn effective_weights_follow_the_ramp() {
-        let cfg = config(true, &["198.18.0.11", "198.18.0.12"]);
-        let mut starts = FadeStarts::default();
-        starts.first_seen("web", "198.18.0.11".parse().expect("addr"), T0);
-        starts.first_seen(
-            "web",
-            "198.18.0.12".parse().expect("addr"),
-            T0 + Duration::from_secs(10),
-        );
-        let (specs, fading) = specs_at(
-            &cfg,
-            &mut starts,
-            &HealthMap::new(),
-            T0 + Duration::from_secs(15),
-        );
-        assert!(fading);
-        // .11 at 15/20 of the window, .12 at 5/20.
-        assert_eq!(specs[0].weights, vec![750, 250]);
-        let (specs, fading) = specs_at(
-            &cfg,
-            &mut starts,
-            &HealthMap::new(),
-            T0 + Duration::from_secs(40),
-        );
-        assert!(!fading);
-        assert_eq!(specs[0].weights, vec![1000, 1000]);
-    }
-
-    #[test]
-    fn weight_moves_below_two_percent_wait() {
-        let spec = |w: u32| {
-            let mut s = service_specs(&config(false, &["198.18.0.11"])).remove(0);
-            s.weights = vec![w];
-            vec![s]
-        };
-        assert!(!weights_moved(&spec(1000), &spec(1015), true), "1.5%");
-        assert!(weights_moved(&spec(1000), &spec(1025), true), "2.5%");
-        assert!(
-            weights_moved(&spec(1000), &spec(1001), false),
-            "the final step is exact"
-        );
-        assert!(!weights_moved(&spec(1000), &spec(1000), false));
-    }
-}
-
-#[cfg(test)]
-mod health_tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    #[test]
-    fn unhealthy_backends_get_weight_zero_and_recovery_restarts_the_ramp() {
-        let text = "[node]\ninterface = \"eth0\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nfade_in = { window = \"20s\" }\nbackends = [{ address = \"198.18.0.11\" }, { address = \"198.18.0.12\" }]\n";
-        let cfg = crate::config::parse(text, "t").expect("valid");
-        let t0 = SystemTime::UNIX_EPOCH;
-        let mut starts = FadeStarts::default();
-        let b: IpAddr = "198.18.0.12".parse().expect("addr");
-        let mut health = HealthMap::new();
-        health.insert(
-            ("web".into(), b),
-            BackendHealth {
-                health: Health::default(),
-                recovered: None,
-            },
-        );
-        let key = ("web".to_string(), b);
-        let h = health.get_mut(&key).expect("entry");
-        for _ in 0..3 {
-            h.health.observe(false, 2, 3);
-        }
-        let settled = t0 + Duration::from_secs(100);
-        let (specs, fading) = specs_at(&cfg, &mut starts, &health, settled);
-        assert_eq!(specs[0].weights[1], 0, "unhealthy: no new flows");
-        assert!(fading, "both backends were first seen at t=100");
-        let h = health.get_mut(&key).expect("entry");
-        h.health.observe(true, 2, 3);
-        h.health.observe(true, 2, 3);
-        h.recovered = Some(settled + Duration::from_secs(100));
-        let (specs, fading) = specs_at(
-            &cfg,
-            &mut starts,
-            &health,
-            settled + Duration::from_secs(105),
-        );
-        assert!(fading);
-        assert_eq!(
-            specs[0].weights,
-            vec![1000, 250],
-            "recovered 5 s ago: a quarter of the way up"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,184 @@
+//! Fade-in and health as they shape the specs.
+
+mod fade {
+    use std::time::Duration;
+
+    use super::super::*;
+
+    const T0: SystemTime = SystemTime::UNIX_EPOCH;
+
+    fn config(fade: bool, backends: &[&str]) -> ValidConfig {
+        let list: Vec<String> = backends
+            .iter()
+            .map(|b| format!("{{ address = \"{b}\" }}"))
+            .collect();
+        let fade = if fade {
+            "fade_in = { window = \"20s\" }\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "[node]\ninterface = \"eth0\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\n{fade}backends = [{}]\n",
+            list.join(", ")
+        );
+        crate::config::parse(&text, "test").expect("valid")
+    }
+
+    /// Rebuilds a ticking agent would do over `secs` seconds, one tick a second, for a
+    /// config whose backends were all first seen at `T0` except `late`, seen at `late_at`.
+    fn rebuilds_over(cfg: &ValidConfig, late: Option<(&str, u64)>, secs: u64) -> u32 {
+        let mut starts = FadeStarts::default();
+        for b in &cfg.services[0].backends {
+            starts.first_seen("web", b.address, T0);
+        }
+        if let Some((addr, at)) = late {
+            let addr: IpAddr = addr.parse().expect("addr");
+            starts.retain(&[]);
+            for b in cfg.services[0]
+                .backends
+                .iter()
+                .filter(|b| b.address != addr)
+            {
+                starts.first_seen("web", b.address, T0);
+            }
+            starts.first_seen("web", addr, T0 + Duration::from_secs(at));
+        }
+        let (mut applied, mut fading) = specs_at(
+            cfg,
+            &mut starts,
+            &HealthMap::new(),
+            T0 + Duration::from_secs(late.map_or(0, |l| l.1)),
+        );
+        let mut rebuilds = 0;
+        for s in 1..=secs {
+            if !fading {
+                continue;
+            }
+            let now = T0 + Duration::from_secs(late.map_or(0, |l| l.1) + s);
+            let (specs, still) = specs_at(cfg, &mut starts, &HealthMap::new(), now);
+            fading = still;
+            if weights_moved(&applied, &specs, still) {
+                applied = specs;
+                rebuilds += 1;
+            }
+        }
+        rebuilds
+    }
+
+    #[test]
+    fn no_fade_in_means_no_rebuilds_at_all() {
+        let cfg = config(false, &["198.18.0.11", "198.18.0.12"]);
+        let (specs, fading) = specs_at(&cfg, &mut FadeStarts::default(), &HealthMap::new(), T0);
+        assert!(!fading);
+        assert_eq!(specs[0].weights, vec![1, 1], "raw weights");
+        assert_eq!(rebuilds_over(&cfg, None, 60), 0);
+    }
+
+    #[test]
+    fn a_new_backend_ramps_in_steps_then_stops() {
+        let cfg = config(
+            true,
+            &["198.18.0.11", "198.18.0.12", "198.18.0.13", "198.18.0.14"],
+        );
+        // Three backends long settled, the fourth added at 100 s.
+        let n = rebuilds_over(&cfg, Some(("198.18.0.14", 100)), 60);
+        assert!(
+            (15..=20).contains(&n),
+            "one rebuild per second while the weight moves ≥ 2%: {n}"
+        );
+    }
+
+    #[test]
+    fn effective_weights_follow_the_ramp() {
+        let cfg = config(true, &["198.18.0.11", "198.18.0.12"]);
+        let mut starts = FadeStarts::default();
+        starts.first_seen("web", "198.18.0.11".parse().expect("addr"), T0);
+        starts.first_seen(
+            "web",
+            "198.18.0.12".parse().expect("addr"),
+            T0 + Duration::from_secs(10),
+        );
+        let (specs, fading) = specs_at(
+            &cfg,
+            &mut starts,
+            &HealthMap::new(),
+            T0 + Duration::from_secs(15),
+        );
+        assert!(fading);
+        // .11 at 15/20 of the window, .12 at 5/20.
+        assert_eq!(specs[0].weights, vec![750, 250]);
+        let (specs, fading) = specs_at(
+            &cfg,
+            &mut starts,
+            &HealthMap::new(),
+            T0 + Duration::from_secs(40),
+        );
+        assert!(!fading);
+        assert_eq!(specs[0].weights, vec![1000, 1000]);
+    }
+
+    #[test]
+    fn weight_moves_below_two_percent_wait() {
+        let spec = |w: u32| {
+            let mut s = service_specs(&config(false, &["198.18.0.11"])).remove(0);
+            s.weights = vec![w];
+            vec![s]
+        };
+        assert!(!weights_moved(&spec(1000), &spec(1015), true), "1.5%");
+        assert!(weights_moved(&spec(1000), &spec(1025), true), "2.5%");
+        assert!(
+            weights_moved(&spec(1000), &spec(1001), false),
+            "the final step is exact"
+        );
+        assert!(!weights_moved(&spec(1000), &spec(1000), false));
+    }
+}
+
+mod health {
+    use std::time::Duration;
+
+    use super::super::*;
+    use crate::health::Health;
+
+    #[test]
+    fn unhealthy_backends_get_weight_zero_and_recovery_restarts_the_ramp() {
+        let text = "[node]\ninterface = \"eth0\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nfade_in = { window = \"20s\" }\nbackends = [{ address = \"198.18.0.11\" }, { address = \"198.18.0.12\" }]\n";
+        let cfg = crate::config::parse(text, "t").expect("valid");
+        let t0 = SystemTime::UNIX_EPOCH;
+        let mut starts = FadeStarts::default();
+        let b: IpAddr = "198.18.0.12".parse().expect("addr");
+        let mut health = HealthMap::new();
+        health.insert(
+            ("web".into(), b),
+            BackendHealth {
+                health: Health::default(),
+                recovered: None,
+            },
+        );
+        let key = ("web".to_string(), b);
+        let h = health.get_mut(&key).expect("entry");
+        for _ in 0..3 {
+            h.health.observe(false, 2, 3);
+        }
+        let settled = t0 + Duration::from_secs(100);
+        let (specs, fading) = specs_at(&cfg, &mut starts, &health, settled);
+        assert_eq!(specs[0].weights[1], 0, "unhealthy: no new flows");
+        assert!(fading, "both backends were first seen at t=100");
+        let h = health.get_mut(&key).expect("entry");
+        h.health.observe(true, 2, 3);
+        h.health.observe(true, 2, 3);
+        h.recovered = Some(settled + Duration::from_secs(100));
+        let (specs, fading) = specs_at(
+            &cfg,
+            &mut starts,
+            &health,
+            settled + Duration::from_secs(105),
+        );
+        assert!(fading);
+        assert_eq!(
+            specs[0].weights,
+            vec![1000, 250],
+            "recovered 5 s ago: a quarter of the way up"
+        );
+    }
+}
