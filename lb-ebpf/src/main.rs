@@ -53,6 +53,19 @@ impl Verdict {
         Self { action, reason }
     }
 
+    /// Counts a forwarded packet under `reason` instead (ICMP errors, NAT replies);
+    /// other verdicts keep theirs.
+    pub const fn forwarded_as(self, reason: Counter) -> Self {
+        if self.forwarded() {
+            Self {
+                action: self.action,
+                reason,
+            }
+        } else {
+            self
+        }
+    }
+
     /// Whether the packet leaves towards a backend.
     pub const fn forwarded(&self) -> bool {
         matches!(
@@ -121,8 +134,8 @@ fn steer(ctx: &XdpContext) -> Verdict {
         }
     };
     let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
-    if pkt.kind == Kind::IcmpError && verdict.forwarded() {
-        verdict.reason = Counter::TxIcmpError;
+    if pkt.kind == Kind::IcmpError {
+        verdict = verdict.forwarded_as(Counter::TxIcmpError);
     }
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
@@ -181,11 +194,7 @@ fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
     if !icmp::nat_translate(ctx, &pkt, &backend.addr, &nat, nat_port_be) {
         return Verdict::drop(Counter::DropMalformed);
     }
-    let mut verdict = forward::to_backend(ctx, &pkt, backend_id, backend);
-    if verdict.forwarded() {
-        verdict.reason = Counter::TxIcmpError;
-    }
-    verdict
+    forward::to_backend(ctx, &pkt, backend_id, backend).forwarded_as(Counter::TxIcmpError)
 }
 
 /// `nat` flows, reached by tail call from `lb_xdp` (which counted the packet in
@@ -235,11 +244,7 @@ fn nat_reply(ctx: &XdpContext, pkt: &parse::Packet) -> Verdict {
         Ok(entry) => entry,
         Err(verdict) => return verdict,
     };
-    let mut verdict = forward::to_client(ctx, pkt, &entry.client);
-    if verdict.forwarded() {
-        verdict.reason = Counter::TxNatReply;
-    }
-    verdict
+    forward::to_client(ctx, pkt, &entry.client).forwarded_as(Counter::TxNatReply)
 }
 
 #[cfg(not(test))]
