@@ -20,12 +20,16 @@ use crate::{
     },
     fade_state::FadeStarts,
     health::{Outcome, Probe, ProbeTarget},
+    sources::slicedir::{Discovered, SliceDir},
     sysctl::Forwarding,
 };
 
 mod specs;
 
-pub use specs::{BackendHealth, HealthMap, global_config, service_specs, specs_at, weights_moved};
+pub use specs::{
+    BackendHealth, HealthMap, global_config, service_specs, service_specs_with, specs_at,
+    weights_moved,
+};
 use specs::{dsr_backends, state_path};
 
 /// Why the agent could not start or stop.
@@ -93,6 +97,10 @@ pub struct Agent {
     fade_rebuilds: u64,
     /// Health of checked backends.
     health: HealthMap,
+    /// The watched EndpointSlice directory, if configured.
+    slices: Option<SliceDir>,
+    /// What the slices currently say.
+    discovered: Discovered,
 }
 
 impl Agent {
@@ -125,7 +133,22 @@ impl Agent {
         }
         dataplane.set_config(global_config(&config))?;
         let mut starts = FadeStarts::load(state_path(&config));
-        let (specs, fading) = specs_at(&config, &mut starts, &HealthMap::new(), SystemTime::now());
+        let mut slices = (!config.node.endpointslice_dir.is_empty())
+            .then(|| SliceDir::new(&config.node.endpointslice_dir));
+        if let Some(d) = &mut slices {
+            d.scan();
+        }
+        let discovered = slices
+            .as_ref()
+            .map(SliceDir::discovered)
+            .unwrap_or_default();
+        let (specs, fading) = specs_at(
+            &config,
+            &discovered,
+            &mut starts,
+            &HealthMap::new(),
+            SystemTime::now(),
+        );
         save_starts(&mut starts);
         programmer.apply(&mut dataplane, &specs, Instant::now())?;
         for addr in dsr_backends(&specs) {
@@ -161,6 +184,8 @@ impl Agent {
             fading,
             fade_rebuilds: 0,
             health: HealthMap::new(),
+            slices,
+            discovered,
         })
     }
 
@@ -181,9 +206,76 @@ impl Agent {
             );
             config.node = self.config.node.clone();
         }
-        let old = dsr_backends(&service_specs(&self.config));
-        let (specs, fading) = specs_at(&config, &mut self.starts, &self.health, SystemTime::now());
+        let (specs, fading) = specs_at(
+            &config,
+            &self.discovered,
+            &mut self.starts,
+            &self.health,
+            SystemTime::now(),
+        );
         save_starts(&mut self.starts);
+        let report = self.reprogram(specs, fading)?;
+        self.config = config;
+        Ok(report)
+    }
+
+    /// Advances fade-in ramps to `now`: rebuilds the tables of services whose effective
+    /// weights moved enough (see [`weights_moved`]). When no ramp is running this does
+    /// no work at all. Returns whether tables were rebuilt.
+    ///
+    /// # Errors
+    /// A data-plane failure; the next tick retries.
+    pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
+        let mut rebuilt = false;
+        if self.slices.as_mut().is_some_and(SliceDir::scan) {
+            self.discovered = self
+                .slices
+                .as_ref()
+                .map(SliceDir::discovered)
+                .unwrap_or_default();
+            log::info!("EndpointSlices changed: reprogramming");
+            let (specs, fading) = specs_at(
+                &self.config,
+                &self.discovered,
+                &mut self.starts,
+                &self.health,
+                now,
+            );
+            save_starts(&mut self.starts);
+            self.reprogram(specs, fading)?;
+            rebuilt = true;
+        }
+        if !self.fading {
+            return Ok(rebuilt);
+        }
+        let (specs, fading) = specs_at(
+            &self.config,
+            &self.discovered,
+            &mut self.starts,
+            &self.health,
+            now,
+        );
+        if !fading {
+            log::info!("fade-in complete: every backend at full weight");
+        }
+        if !weights_moved(&self.applied, &specs, fading) {
+            self.fading = fading;
+            return Ok(rebuilt);
+        }
+        self.reprogram(specs, fading)?;
+        self.fade_rebuilds += 1;
+        Ok(true)
+    }
+
+    /// Programs `specs`: keeps new backends' neighbours resolved, enables IPv6
+    /// forwarding if IPv6 VIPs appeared, applies, and remembers backends that left (their
+    /// flows drain, so their neighbour entries stay until shutdown).
+    fn reprogram(
+        &mut self,
+        specs: Vec<ServiceSpec>,
+        fading: bool,
+    ) -> Result<ApplyReport, AgentError> {
+        let old = dsr_backends(&self.applied);
         let new = dsr_backends(&specs);
         let interface = self.config.node.interface.clone();
         for &addr in new.iter().filter(|a| !old.contains(a)) {
@@ -207,35 +299,9 @@ impl Agent {
             .apply(&mut self.dataplane, &specs, Instant::now())?;
         self.drained
             .extend(old.into_iter().filter(|a| !new.contains(a)));
-        self.config = config;
         self.applied = specs;
         self.fading = fading;
         Ok(report)
-    }
-
-    /// Advances fade-in ramps to `now`: rebuilds the tables of services whose effective
-    /// weights moved enough (see [`weights_moved`]). When no ramp is running this does
-    /// no work at all. Returns whether tables were rebuilt.
-    ///
-    /// # Errors
-    /// A data-plane failure; the next tick retries.
-    pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
-        if !self.fading {
-            return Ok(false);
-        }
-        let (specs, fading) = specs_at(&self.config, &mut self.starts, &self.health, now);
-        self.fading = fading;
-        if !fading {
-            log::info!("fade-in complete: every backend at full weight");
-        }
-        if !weights_moved(&self.applied, &specs, fading) {
-            return Ok(false);
-        }
-        self.programmer
-            .apply(&mut self.dataplane, &specs, Instant::now())?;
-        self.applied = specs;
-        self.fade_rebuilds += 1;
-        Ok(true)
     }
 
     /// The health probes this config asks for.
@@ -256,11 +322,14 @@ impl Agent {
                 },
             };
             let port = hc.port.unwrap_or(svc.port.key_port());
-            for b in &svc.backends {
+            let Some(spec) = self.applied.iter().find(|s| s.name == svc.name) else {
+                continue;
+            };
+            for &addr in &spec.backends {
                 targets.push(ProbeTarget {
                     service: svc.name.clone(),
-                    backend: b.address,
-                    target: std::net::SocketAddr::new(b.address, port),
+                    backend: addr,
+                    target: std::net::SocketAddr::new(addr, port),
                     probe: probe.clone(),
                     interval,
                     timeout,
@@ -307,11 +376,14 @@ impl Agent {
             };
             log::warn!("{service}: backend {backend} is unhealthy ({why}): no new flows");
         }
-        let (specs, fading) = specs_at(&self.config, &mut self.starts, &self.health, now);
-        self.programmer
-            .apply(&mut self.dataplane, &specs, Instant::now())?;
-        self.applied = specs;
-        self.fading = fading;
+        let (specs, fading) = specs_at(
+            &self.config,
+            &self.discovered,
+            &mut self.starts,
+            &self.health,
+            now,
+        );
+        self.reprogram(specs, fading)?;
         Ok(true)
     }
 
@@ -377,7 +449,7 @@ impl Agent {
         {
             log::warn!("removing map pins under {}: {err}", dir.display());
         }
-        let mut made = dsr_backends(&service_specs(&self.config));
+        let mut made = dsr_backends(&self.applied);
         made.extend(self.drained.iter().copied());
         made.sort_unstable();
         made.dedup();

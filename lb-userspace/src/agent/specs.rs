@@ -11,11 +11,12 @@ use std::{
 use lb_common::{ForwardingMode, GlobalConfig};
 
 use crate::{
-    config::{ForwardingModeConfig, ValidConfig},
+    config::{EndpointSlicesConfig, ForwardingModeConfig, PortSpec, ServiceConfig, ValidConfig},
     dataplane::{ServiceSpec, vip_key},
     fade_state::FadeStarts,
     fadein::FadeIn,
     health::Health,
+    sources::{endpointslice::EndpointState, slicedir::Discovered},
 };
 
 /// Relative weight change (per mille of the larger weight) that triggers a rebuild
@@ -34,49 +35,50 @@ pub struct BackendHealth {
     pub recovered: Option<SystemTime>,
 }
 
-/// The specs at `now`: unhealthy backends at weight 0 (no new flows, established ones
-/// continue), fading backends scaled down per [`FadeIn`]. Returns whether any ramp is
-/// still running. Records first sight of new backends in `starts`.
+/// The specs at `now`: backends from the config or from EndpointSlices, unhealthy ones
+/// at weight 0 (no new flows, established ones continue), fading ones scaled down per
+/// [`FadeIn`] (the ramp starts at the latest of first sight, the slice's creation time
+/// and the last recovery). Returns whether any ramp is still running. Records first
+/// sight of new backends in `starts`.
 pub fn specs_at(
     config: &ValidConfig,
+    discovered: &Discovered,
     starts: &mut FadeStarts,
     health: &HealthMap,
     now: SystemTime,
 ) -> (Vec<ServiceSpec>, bool) {
-    let mut specs = service_specs(config);
+    let mut specs = service_specs_with(config, discovered);
     let mut fading = false;
     for (spec, svc) in specs.iter_mut().zip(&config.services) {
-        for (w, b) in spec.weights.iter_mut().zip(&svc.backends) {
-            if health
-                .get(&(svc.name.clone(), b.address))
-                .is_some_and(|h| !h.health.healthy)
-            {
+        let fade = svc.fade_in.as_ref().and_then(|f| {
+            Some(FadeIn {
+                window: f.window.parse().ok()?,
+                exponent: f.exponent,
+                min_weight: f.min_weight,
+            })
+        });
+        let slice_key = svc
+            .endpoint_slices
+            .as_ref()
+            .map(|e| (e.namespace.clone(), e.service.clone()));
+        for (w, &addr) in spec.weights.iter_mut().zip(&spec.backends) {
+            let h = health.get(&(svc.name.clone(), addr));
+            if h.is_some_and(|h| !h.health.healthy) {
                 *w = 0;
             }
-        }
-        let Some(fade) = &svc.fade_in else { continue };
-        let Ok(window) = fade.window.parse() else {
-            continue;
-        };
-        let f = FadeIn {
-            window,
-            exponent: fade.exponent,
-            min_weight: fade.min_weight,
-        };
-        for (w, b) in spec.weights.iter_mut().zip(&svc.backends) {
-            let recovered = health
-                .get(&(svc.name.clone(), b.address))
-                .and_then(|h| h.recovered);
-            let seen = starts.first_seen(&svc.name, b.address, now);
-            let start = crate::fadein::ramp_start(seen, None, recovered, now);
+            let Some(f) = &fade else { continue };
+            let created = slice_key
+                .as_ref()
+                .and_then(|k| discovered.created.get(&(k.clone(), addr)).copied());
+            let seen = starts.first_seen(&svc.name, addr, now);
+            let start = crate::fadein::ramp_start(seen, created, h.and_then(|h| h.recovered), now);
             fading |= *w > 0 && f.fading(start, now);
             *w = f.effective(*w, start, now);
         }
     }
-    let live: Vec<(String, IpAddr)> = config
-        .services
+    let live: Vec<(String, IpAddr)> = specs
         .iter()
-        .flat_map(|s| s.backends.iter().map(|b| (s.name.clone(), b.address)))
+        .flat_map(|s| s.backends.iter().map(|&a| (s.name.clone(), a)))
         .collect();
     starts.retain(&live);
     (specs, fading)
@@ -104,24 +106,81 @@ pub(super) fn state_path(config: &ValidConfig) -> Option<PathBuf> {
     (!dir.is_empty()).then(|| Path::new(dir).join("fade-in.json"))
 }
 
-/// What the data plane is told for each configured service.
+/// What the data plane is told for each configured service, from the config alone
+/// (services fed by EndpointSlices get no backends).
 pub fn service_specs(config: &ValidConfig) -> Vec<ServiceSpec> {
+    service_specs_with(config, &Discovered::default())
+}
+
+/// What the data plane is told for each configured service, with the backends of
+/// `endpoint_slices` services taken from `discovered`.
+pub fn service_specs_with(config: &ValidConfig, discovered: &Discovered) -> Vec<ServiceSpec> {
     config
         .services
         .iter()
-        .map(|svc| ServiceSpec {
-            name: svc.name.clone(),
-            key: vip_key(svc.vip, svc.port.key_port(), svc.protocol.number()),
-            mode: match svc.mode {
-                ForwardingModeConfig::Dsr => ForwardingMode::Dsr,
-                ForwardingModeConfig::Nat => ForwardingMode::Nat,
-                ForwardingModeConfig::L7 => ForwardingMode::L7,
-            },
-            backends: svc.backends.iter().map(|b| b.address).collect(),
-            table_size: svc.table_size,
-            weights: svc.backends.iter().map(|b| b.weight).collect(),
+        .map(|svc| {
+            let (backends, weights) = match &svc.endpoint_slices {
+                Some(es) => from_slices(svc, es, discovered),
+                None => (
+                    svc.backends.iter().map(|b| b.address).collect(),
+                    svc.backends.iter().map(|b| b.weight).collect(),
+                ),
+            };
+            ServiceSpec {
+                name: svc.name.clone(),
+                key: vip_key(svc.vip, svc.port.key_port(), svc.protocol.number()),
+                mode: match svc.mode {
+                    ForwardingModeConfig::Dsr => ForwardingMode::Dsr,
+                    ForwardingModeConfig::Nat => ForwardingMode::Nat,
+                    ForwardingModeConfig::L7 => ForwardingMode::L7,
+                },
+                backends,
+                table_size: svc.table_size,
+                weights,
+            }
         })
         .collect()
+}
+
+/// Backends and weights of a service from its Kubernetes Service port: endpoints of
+/// the VIP's family whose target port is the VIP's port (neither dsr nor nat remaps
+/// ports; an all-ports service takes any). Ready endpoints weigh 1; draining ones 0
+/// (their flows continue) unless none is ready, then 1 (kube-proxy's fallback).
+fn from_slices(
+    svc: &ServiceConfig,
+    es: &EndpointSlicesConfig,
+    discovered: &Discovered,
+) -> (Vec<IpAddr>, Vec<u32>) {
+    let protocol = svc.protocol.to_string().to_ascii_uppercase();
+    let list = discovered
+        .backends
+        .get(&(es.namespace.clone(), es.service.clone()))
+        .and_then(|ports| ports.get(&(es.port.clone(), protocol)))
+        .map_or(&[][..], Vec::as_slice);
+    let usable: Vec<_> = list
+        .iter()
+        .filter(|b| b.addr.is_ipv6() == svc.vip.is_ipv6())
+        .filter(|b| svc.port == PortSpec::All || PortSpec::Port(b.port) == svc.port)
+        .collect();
+    if usable.len() < list.len() {
+        log::debug!(
+            "{}: {} endpoints of {}/{} not usable (other family or target port)",
+            svc.name,
+            list.len() - usable.len(),
+            es.namespace,
+            es.service
+        );
+    }
+    let any_ready = usable.iter().any(|b| b.state == EndpointState::Ready);
+    let mut seen = std::collections::HashSet::new();
+    usable
+        .into_iter()
+        .filter(|b| seen.insert(b.addr))
+        .map(|b| {
+            let w = u32::from(b.state == EndpointState::Ready || !any_ready);
+            (b.addr, w)
+        })
+        .unzip()
 }
 
 /// Node-wide data-plane settings from the config.

@@ -45,6 +45,7 @@ mod fade {
         }
         let (mut applied, mut fading) = specs_at(
             cfg,
+            &Discovered::default(),
             &mut starts,
             &HealthMap::new(),
             T0 + Duration::from_secs(late.map_or(0, |l| l.1)),
@@ -55,7 +56,13 @@ mod fade {
                 continue;
             }
             let now = T0 + Duration::from_secs(late.map_or(0, |l| l.1) + s);
-            let (specs, still) = specs_at(cfg, &mut starts, &HealthMap::new(), now);
+            let (specs, still) = specs_at(
+                cfg,
+                &Discovered::default(),
+                &mut starts,
+                &HealthMap::new(),
+                now,
+            );
             fading = still;
             if weights_moved(&applied, &specs, still) {
                 applied = specs;
@@ -68,7 +75,13 @@ mod fade {
     #[test]
     fn no_fade_in_means_no_rebuilds_at_all() {
         let cfg = config(false, &["198.18.0.11", "198.18.0.12"]);
-        let (specs, fading) = specs_at(&cfg, &mut FadeStarts::default(), &HealthMap::new(), T0);
+        let (specs, fading) = specs_at(
+            &cfg,
+            &Discovered::default(),
+            &mut FadeStarts::default(),
+            &HealthMap::new(),
+            T0,
+        );
         assert!(!fading);
         assert_eq!(specs[0].weights, vec![1, 1], "raw weights");
         assert_eq!(rebuilds_over(&cfg, None, 60), 0);
@@ -100,6 +113,7 @@ mod fade {
         );
         let (specs, fading) = specs_at(
             &cfg,
+            &Discovered::default(),
             &mut starts,
             &HealthMap::new(),
             T0 + Duration::from_secs(15),
@@ -109,6 +123,7 @@ mod fade {
         assert_eq!(specs[0].weights, vec![750, 250]);
         let (specs, fading) = specs_at(
             &cfg,
+            &Discovered::default(),
             &mut starts,
             &HealthMap::new(),
             T0 + Duration::from_secs(40),
@@ -161,7 +176,7 @@ mod health {
             h.health.observe(false, 2, 3);
         }
         let settled = t0 + Duration::from_secs(100);
-        let (specs, fading) = specs_at(&cfg, &mut starts, &health, settled);
+        let (specs, fading) = specs_at(&cfg, &Discovered::default(), &mut starts, &health, settled);
         assert_eq!(specs[0].weights[1], 0, "unhealthy: no new flows");
         assert!(fading, "both backends were first seen at t=100");
         let h = health.get_mut(&key).expect("entry");
@@ -170,6 +185,7 @@ mod health {
         h.recovered = Some(settled + Duration::from_secs(100));
         let (specs, fading) = specs_at(
             &cfg,
+            &Discovered::default(),
             &mut starts,
             &health,
             settled + Duration::from_secs(105),
@@ -180,5 +196,82 @@ mod health {
             vec![1000, 250],
             "recovered 5 s ago: a quarter of the way up"
         );
+    }
+}
+
+mod slices {
+    use super::super::*;
+    use crate::sources::endpointslice::{backends, parse};
+
+    const SLICES: &str = r#"
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: web-a, namespace: shop, labels: { kubernetes.io/service-name: web } }
+addressType: IPv4
+endpoints:
+- addresses: ["198.18.0.11"]
+- addresses: ["198.18.0.12"]
+  conditions: { ready: false, serving: true, terminating: true }
+ports: [{ name: http, port: 80 }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: web-b, namespace: shop, labels: { kubernetes.io/service-name: web } }
+addressType: IPv4
+endpoints:
+- addresses: ["198.18.0.13"]
+ports: [{ name: http, port: 8080 }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: drain, namespace: shop, labels: { kubernetes.io/service-name: old } }
+addressType: IPv4
+endpoints:
+- addresses: ["198.18.0.21"]
+  conditions: { ready: false, serving: true, terminating: true }
+ports: [{ name: http, port: 80 }]
+"#;
+
+    fn config(service: &str) -> ValidConfig {
+        let text = format!(
+            "[node]\ninterface = \"eth0\"\nendpointslice_dir = \"/x\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nendpoint_slices = {{ namespace = \"shop\", service = \"{service}\", port = \"http\" }}\n"
+        );
+        crate::config::parse(&text, "t").expect("valid")
+    }
+
+    fn discovered() -> Discovered {
+        Discovered {
+            backends: backends(&parse(SLICES).expect("slices").slices),
+            ..Discovered::default()
+        }
+    }
+
+    #[test]
+    fn ready_take_new_flows_draining_keep_theirs_other_ports_are_left_out() {
+        let specs = service_specs_with(&config("web"), &discovered());
+        let web = &specs[0];
+        let addrs: Vec<String> = web.backends.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            addrs,
+            ["198.18.0.11", "198.18.0.12"],
+            "198.18.0.13 serves port 8080, not the VIP's 80"
+        );
+        assert_eq!(
+            web.weights,
+            vec![1, 0],
+            "the draining endpoint keeps its flows, gets no new ones"
+        );
+    }
+
+    #[test]
+    fn only_draining_endpoints_take_new_flows_as_a_fallback() {
+        let specs = service_specs_with(&config("old"), &discovered());
+        assert_eq!(specs[0].weights, vec![1]);
+    }
+
+    #[test]
+    fn an_unknown_service_has_no_backends() {
+        let specs = service_specs_with(&config("nope"), &discovered());
+        assert!(specs[0].backends.is_empty());
     }
 }

@@ -8,8 +8,8 @@ use std::{collections::HashSet, path::Path};
 
 pub use error::ConfigError;
 pub use model::{
-    BackendConfig, Config, DurationText, FadeInConfig, ForwardingModeConfig, HealthCheckConfig,
-    HealthCheckKind, NodeConfig, PortSpec, Protocol, ServiceConfig, XdpMode,
+    BackendConfig, Config, DurationText, EndpointSlicesConfig, FadeInConfig, ForwardingModeConfig,
+    HealthCheckConfig, HealthCheckKind, NodeConfig, PortSpec, Protocol, ServiceConfig, XdpMode,
 };
 
 /// A validated configuration.
@@ -175,6 +175,22 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
                     span,
                     at("fade_in.min_weight"),
                     format!("{} must be in (0, 1]", fade.min_weight),
+                ));
+            }
+        }
+        if svc.endpoint_slices.is_some() {
+            if raw.node.endpointslice_dir.is_empty() {
+                return Err(invalid(
+                    span,
+                    at("endpoint_slices"),
+                    "needs node.endpointslice_dir".into(),
+                ));
+            }
+            if !svc.backends.is_empty() {
+                return Err(invalid(
+                    span,
+                    at("endpoint_slices"),
+                    "use either backends or endpoint_slices, not both".into(),
                 ));
             }
         }

@@ -51,6 +51,11 @@ pub struct NodeConfig {
     /// `/var/lib/lbd`. An empty string keeps it in memory only.
     #[serde(default = "default_state_dir")]
     pub state_dir: String,
+    /// A directory of Kubernetes EndpointSlice documents (YAML or JSON, several per file
+    /// allowed), watched for changes; services take backends from it with
+    /// `endpoint_slices`. Empty (the default) means none.
+    #[serde(default)]
+    pub endpointslice_dir: String,
 }
 
 fn default_state_dir() -> String {
@@ -138,6 +143,28 @@ pub struct ServiceConfig {
     /// counts as healthy).
     #[serde(default)]
     pub health_check: Option<HealthCheckConfig>,
+    /// Take backends from the EndpointSlices of a Kubernetes Service (instead of
+    /// `backends`): `{ namespace = "shop", service = "web", port = "http" }`.
+    #[serde(default)]
+    pub endpoint_slices: Option<EndpointSlicesConfig>,
+}
+
+/// `endpoint_slices`: which Kubernetes Service port feeds this service.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSlicesConfig {
+    /// Namespace (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// The Service's name (the slices' `kubernetes.io/service-name` label).
+    pub service: String,
+    /// The Service port's name (default `""`, an unnamed port).
+    #[serde(default)]
+    pub port: String,
+}
+
+fn default_namespace() -> String {
+    "default".into()
 }
 
 /// `[service.health_check]`.

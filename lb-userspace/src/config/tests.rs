@@ -268,3 +268,35 @@ fn health_check_settings() {
     let all = text.replace("port = 80\n", "port = \"all\"\n");
     assert!(err(&all).contains("health_check.port: required for an all-ports service"));
 }
+
+#[test]
+fn endpoint_slices_settings() {
+    let text = GOOD
+        .replace(
+            "xdp_mode = \"generic\"",
+            "xdp_mode = \"generic\"\nendpointslice_dir = \"/etc/lbd/slices\"",
+        )
+        .replace(
+            "backends = [{ address = \"198.18.0.11\" }, { address = \"198.18.0.12\" }]",
+            "endpoint_slices = { namespace = \"shop\", service = \"web\", port = \"http\" }",
+        );
+    let cfg = parse(&text, "lbd.toml").expect("valid");
+    let es = cfg.services[0]
+        .endpoint_slices
+        .as_ref()
+        .expect("endpoint_slices");
+    assert_eq!(
+        (es.namespace.as_str(), es.service.as_str(), es.port.as_str()),
+        ("shop", "web", "http")
+    );
+    let e = err(&text.replace("endpointslice_dir = \"/etc/lbd/slices\"", ""));
+    assert!(
+        e.contains("(web).endpoint_slices: needs node.endpointslice_dir"),
+        "{e}"
+    );
+    let both = text.replace(
+        "port = 80\n",
+        "port = 80\nbackends = [{ address = \"198.18.0.11\" }]\n",
+    );
+    assert!(err(&both).contains("use either backends or endpoint_slices"));
+}

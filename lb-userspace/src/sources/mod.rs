@@ -1,3 +1,4 @@
 //! Where services' backends come from besides the TOML file.
 
 pub mod endpointslice;
+pub mod slicedir;

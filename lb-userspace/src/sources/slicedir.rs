@@ -1,0 +1,175 @@
+//! A watched directory of EndpointSlice files.
+//!
+//! Every `*.yaml`, `*.yml` and `*.json` file is parsed; a file that fails to parse is
+//! reported with its path and keeps contributing what it held before (the last good
+//! state keeps running); a removed file stops contributing. Rescanning is cheap when
+//! nothing changed: only modification times and sizes are compared.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use super::endpointslice::{Parsed, ServiceBackends, ServiceKey, Slice, backends, parse};
+
+/// What a file looked like when last read.
+type Stamp = (SystemTime, u64);
+
+/// The parsed contents of a directory.
+#[derive(Debug)]
+pub struct SliceDir {
+    dir: PathBuf,
+    files: BTreeMap<PathBuf, (Stamp, Parsed)>,
+}
+
+/// Backends and creation times discovered from slices.
+#[derive(Clone, Debug, Default)]
+pub struct Discovered {
+    /// Backends per service port, per service.
+    pub backends: ServiceBackends,
+    /// The latest creation time of a slice holding each backend (a fade-in input).
+    pub created: HashMap<(ServiceKey, IpAddr), SystemTime>,
+}
+
+impl SliceDir {
+    /// A directory not scanned yet.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// Rereads files that changed, appeared or disappeared. Returns whether anything did.
+    pub fn scan(&mut self) -> bool {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                log::warn!(
+                    "{}: cannot read the EndpointSlice directory: {e}",
+                    self.dir.display()
+                );
+                return false;
+            }
+        };
+        let mut seen = Vec::new();
+        let mut changed = false;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !is_slice_file(&path) {
+                continue;
+            }
+            let Some(stamp) = std::fs::metadata(&path)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len())))
+            else {
+                continue;
+            };
+            seen.push(path.clone());
+            if self.files.get(&path).is_some_and(|(s, _)| *s == stamp) {
+                continue;
+            }
+            let parsed = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| parse(&t));
+            match parsed {
+                Ok(parsed) => {
+                    for ignored in &parsed.ignored {
+                        log::debug!(
+                            "{}: document {}: ignored: {}",
+                            path.display(),
+                            ignored.index,
+                            ignored.reason
+                        );
+                    }
+                    self.files.insert(path, (stamp, parsed));
+                    changed = true;
+                }
+                Err(e) => {
+                    log::error!("{}: {e} (keeping what it held before)", path.display());
+                    // Remember the stamp so the same broken content is reported once.
+                    let previous = self.files.remove(&path).map(|(_, p)| p).unwrap_or_default();
+                    self.files.insert(path, (stamp, previous));
+                }
+            }
+        }
+        let before = self.files.len();
+        self.files.retain(|path, _| seen.contains(path));
+        changed | (self.files.len() != before)
+    }
+
+    /// Every slice currently held.
+    pub fn slices(&self) -> Vec<Slice> {
+        self.files
+            .values()
+            .flat_map(|(_, p)| p.slices.iter().cloned())
+            .collect()
+    }
+
+    /// Backends and creation times of everything held.
+    pub fn discovered(&self) -> Discovered {
+        let slices = self.slices();
+        let mut created: HashMap<(ServiceKey, IpAddr), SystemTime> = HashMap::new();
+        for s in &slices {
+            let Some(t) = s.created else { continue };
+            for ep in &s.endpoints {
+                let slot = created
+                    .entry(((s.namespace.clone(), s.service.clone()), ep.addr))
+                    .or_insert(t);
+                *slot = (*slot).max(t);
+            }
+        }
+        Discovered {
+            backends: backends(&slices),
+            created,
+        }
+    }
+}
+
+fn is_slice_file(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SLICE: &str = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n  namespace: shop\n  creationTimestamp: \"2024-01-01T00:00:00Z\"\n  labels:\n    kubernetes.io/service-name: web\naddressType: IPv4\nendpoints:\n- addresses: [\"198.18.0.11\"]\nports:\n- name: http\n  port: 80\n";
+
+    #[test]
+    fn scans_changes_and_keeps_the_last_good_file() {
+        let dir = std::env::temp_dir().join(format!("lbd-slices-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("web.yaml");
+        std::fs::write(&file, SLICE).expect("write");
+        std::fs::write(dir.join("notes.txt"), "not a slice").expect("write");
+        let mut d = SliceDir::new(&dir);
+        assert!(d.scan());
+        assert!(!d.scan(), "nothing changed");
+        let found = d.discovered();
+        let web = &found.backends[&("shop".to_owned(), "web".to_owned())]
+            [&("http".to_owned(), "TCP".to_owned())];
+        assert_eq!(web.len(), 1);
+        let t = found.created[&(
+            ("shop".to_owned(), "web".to_owned()),
+            IpAddr::from([198, 18, 0, 11]),
+        )];
+        assert_eq!(
+            Some(t),
+            super::super::endpointslice::parse_rfc3339("2024-01-01T00:00:00Z")
+        );
+
+        std::fs::write(&file, "a: [broken").expect("write");
+        d.scan();
+        assert_eq!(d.slices().len(), 1, "a broken file keeps what it held");
+        std::fs::remove_file(&file).expect("rm");
+        assert!(d.scan());
+        assert!(d.slices().is_empty(), "a removed file contributes nothing");
+        std::fs::remove_dir_all(dir).expect("cleanup");
+    }
+}

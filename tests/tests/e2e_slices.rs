@@ -1,0 +1,112 @@
+//! Backends from a watched directory of EndpointSlices: conditions drive new flows,
+//! edits apply within a second or two, a broken file changes nothing, and established
+//! connections never move.
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use lb_testbed::{
+    LbdProcess, Topology, TopologyOptions, is_root,
+    lbd::TempDir,
+    topology::{VIP, backend_addr},
+    traffic::{Held, ServerKind, http_requests, serve_backends},
+};
+
+/// An EndpointSlice for Service shop/web with ports http (80) and echo (7000); each
+/// endpoint is (backend index, conditions).
+fn slice(endpoints: &[(usize, &str)]) -> String {
+    let eps: Vec<String> = endpoints
+        .iter()
+        .map(|(i, c)| format!("- addresses: [\"{}\"]\n  conditions: {c}", backend_addr(*i)))
+        .collect();
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-abcde\n  namespace: shop\n  labels:\n    kubernetes.io/service-name: web\naddressType: IPv4\nendpoints:\n{}\nports:\n- name: http\n  port: 80\n  protocol: TCP\n- name: echo\n  port: 7000\n  protocol: TCP\n",
+        eps.join("\n")
+    )
+}
+
+const READY: &str = "{ ready: true, serving: true, terminating: false }";
+const DRAINING: &str = "{ ready: false, serving: true, terminating: true }";
+
+fn config(dir: &std::path::Path) -> String {
+    format!(
+        "[node]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\nendpointslice_dir = \"{}\"\n\n[[service]]\nname = \"web\"\nvip = \"{VIP}\"\nport = 80\nendpoint_slices = {{ namespace = \"shop\", service = \"web\", port = \"http\" }}\n\n[[service]]\nname = \"echo\"\nvip = \"{VIP}\"\nport = 7000\nendpoint_slices = {{ namespace = \"shop\", service = \"web\", port = \"echo\" }}\n",
+        dir.display()
+    )
+}
+
+fn wait_for(lbd: &LbdProcess, needle: &str, count: usize) {
+    let start = Instant::now();
+    while lbd.log().matches(needle).count() < count {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {needle:?} in lbd's log:\n{}",
+            lbd.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions::default());
+    let _servers = serve_backends(
+        &topo,
+        |_| VIP.into(),
+        &[(ServerKind::Http, 80), (ServerKind::Echo, 7000)],
+    );
+    let slices = TempDir::new("slices");
+    slices.write("web.yaml", &slice(&[(0, READY), (1, READY), (2, READY)]));
+    let lbd = LbdProcess::start(&topo.lb, &config(slices.path()));
+
+    let first = http_requests(&topo.client, VIP, 80, 90);
+    assert!(
+        first.failures.is_empty(),
+        "{:?}\n{}",
+        first.failures,
+        lbd.log()
+    );
+    assert_eq!(first.served.len(), 3, "{:?}", first.served);
+    let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), 7000), 30);
+    let on: Vec<String> = held
+        .iter_mut()
+        .map(|c| c.ask("hi").expect("echo"))
+        .collect();
+
+    // backend-1 starts terminating (serving), backend-3 disappears.
+    std::thread::sleep(Duration::from_millis(1100)); // a new modification time
+    slices.write("web.yaml", &slice(&[(0, DRAINING), (1, READY)]));
+    wait_for(&lbd, "EndpointSlices changed", 1);
+    let after = http_requests(&topo.client, VIP, 80, 60);
+    assert!(after.failures.is_empty(), "{:?}", after.failures);
+    assert_eq!(
+        after.served.keys().collect::<Vec<_>>(),
+        ["backend-2"],
+        "only the ready backend: {:?}",
+        after.served
+    );
+    for (i, (c, was)) in held.iter_mut().zip(&on).enumerate() {
+        assert_eq!(
+            &c.ask("still")
+                .unwrap_or_else(|e| panic!("held {i} on {was} broke: {e}")),
+            was
+        );
+    }
+
+    // A broken file is reported with its path and changes nothing.
+    slices.write("broken.yaml", "kind: EndpointSlice\nendpoints: [unclosed\n");
+    wait_for(&lbd, "broken.yaml", 1);
+    let still = http_requests(&topo.client, VIP, 80, 30);
+    assert!(still.failures.is_empty(), "{:?}", still.failures);
+    assert_eq!(
+        still.served.keys().collect::<Vec<_>>(),
+        ["backend-2"],
+        "{:?}",
+        still.served
+    );
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
