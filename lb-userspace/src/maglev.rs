@@ -118,6 +118,20 @@ const OFFSET_SEED: u32 = 0x4d41_474c; // "MAGL"
 const SKIP_SEED: u32 = 0x5349_4b50; // "SKIP"
 
 /// A backend's identity for the permutation: its address as 16 bytes (IPv4-mapped).
+/// A digest of a table: FNV-1a (64-bit) over its slots as little-endian `u16`s.
+///
+/// Identical input gives an identical table on every node, so two nodes (or a node
+/// and a model) agree on a service exactly when their digests match; this is the
+/// cheap way to compare tables without shipping 2 × M bytes.
+pub fn digest(table: &[u16]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    table
+        .iter()
+        .flat_map(|s| s.to_le_bytes())
+        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}
+
 fn identity(addr: &IpAddr) -> [u8; 16] {
     match addr {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
@@ -255,6 +269,17 @@ mod tests {
         let after = build_weighted(&backends, &[1, 1, 2], m);
         let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count() as f64 / f64::from(m);
         assert!((0.16..0.25).contains(&moved), "{:.1}% moved", moved * 100.0);
+    }
+
+    #[test]
+    fn digest_is_fnv1a_and_tells_tables_apart() {
+        // FNV-1a 64 test vectors: empty input, and the bytes "a\0" (slot 0x0061).
+        assert_eq!(digest(&[]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(digest(&[0x0061]), 0x089b_e207_b544_f1e4);
+        let backends: Vec<IpAddr> = (1..=10).map(v4).collect();
+        let a = build(&backends, 1021);
+        assert_eq!(digest(&a), digest(&build(&backends, 1021)));
+        assert_ne!(digest(&a), digest(&build(&backends[..9], 1021)));
     }
 
     #[test]
