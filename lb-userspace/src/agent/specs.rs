@@ -61,8 +61,13 @@ pub fn specs_at(
             .endpoint_slices
             .as_ref()
             .map(|e| (e.namespace.clone(), e.service.clone()));
+        // Health first; then each weighted backend's ramp start and fraction.
+        let mut ramps: Vec<Option<(SystemTime, f64)>> = Vec::with_capacity(spec.backends.len());
         for (w, &addr) in spec.weights.iter_mut().zip(&spec.backends) {
-            let h = health.get(&(svc.name.clone(), addr));
+            // Most services have no health check: skip the keyed lookup (and its clone).
+            let h = (!health.is_empty())
+                .then(|| health.get(&(svc.name.clone(), addr)))
+                .flatten();
             if h.is_some_and(|h| !h.health.healthy) {
                 *w = 0;
             }
@@ -72,8 +77,10 @@ pub fn specs_at(
                 .and_then(|k| discovered.created.get(&(k.clone(), addr)).copied());
             let seen = starts.first_seen(&svc.name, addr, now);
             let start = crate::fadein::ramp_start(seen, created, h.and_then(|h| h.recovered), now);
-            fading |= *w > 0 && f.fading(start, now);
-            *w = f.effective(*w, start, now);
+            ramps.push((*w > 0).then(|| (start, f.fraction(crate::fadein::age(start, now)))));
+        }
+        if let Some(f) = &fade {
+            fading |= scale_relative(&mut spec.weights, &ramps, f, now);
         }
     }
     let live: Vec<(String, IpAddr)> = specs
@@ -82,6 +89,36 @@ pub fn specs_at(
         .collect();
     starts.retain(&live);
     (specs, fading)
+}
+
+/// Scales `weights` by each backend's fade-in fraction relative to the largest
+/// fraction among the service's weighted backends (`ramps[i]` is `None` for weight 0),
+/// in [`crate::fadein::WEIGHT_SCALE`] units. Returns whether a ramp still runs.
+///
+/// Why relative: only the ratio of weights shapes a Maglev table, and slow start exists
+/// to protect a new backend from its share of the load while the others carry it. When
+/// every backend of a service started together (a fresh node, a new service) there is
+/// nobody to carry the load, scaling them all alike would change nothing but cost a
+/// rebuild a second, so such a service is not fading at all.
+fn scale_relative(
+    weights: &mut [u32],
+    ramps: &[Option<(SystemTime, f64)>],
+    fade: &FadeIn,
+    now: SystemTime,
+) -> bool {
+    let top = ramps.iter().flatten().map(|r| r.1).fold(0.0, f64::max);
+    let first = ramps.iter().flatten().next().map(|r| r.0);
+    let together = ramps.iter().flatten().all(|r| Some(r.0) == first);
+    let mut fading = false;
+    for (w, ramp) in weights.iter_mut().zip(ramps) {
+        let Some((start, fraction)) = *ramp else {
+            continue;
+        };
+        fading |= !together && fade.fading(start, now);
+        let full = f64::from(*w) * f64::from(crate::fadein::WEIGHT_SCALE);
+        *w = ((full * fraction / top).round() as u32).max(1);
+    }
+    fading
 }
 
 /// Whether the weights moved enough to rebuild: by 2% of a backend's weight while

@@ -119,8 +119,8 @@ mod fade {
             T0 + Duration::from_secs(15),
         );
         assert!(fading);
-        // .11 at 15/20 of the window, .12 at 5/20.
-        assert_eq!(specs[0].weights, vec![750, 250]);
+        // .11 at 15/20 of the window, .12 at 5/20: relative to .11, a third.
+        assert_eq!(specs[0].weights, vec![1000, 333]);
         let (specs, fading) = specs_at(
             &cfg,
             &Discovered::default(),
@@ -130,6 +130,24 @@ mod fade {
         );
         assert!(!fading);
         assert_eq!(specs[0].weights, vec![1000, 1000]);
+    }
+
+    #[test]
+    fn backends_that_started_together_do_not_fade() {
+        // A fresh node (no saved state): every backend first seen now. Scaling all of
+        // them alike would change no share, so nothing fades and nothing rebuilds.
+        let cfg = config(true, &["198.18.0.11", "198.18.0.12", "198.18.0.13"]);
+        let mut starts = FadeStarts::default();
+        let (specs, fading) = specs_at(
+            &cfg,
+            &Discovered::default(),
+            &mut starts,
+            &HealthMap::new(),
+            T0,
+        );
+        assert!(!fading);
+        assert_eq!(specs[0].weights, vec![1000, 1000, 1000]);
+        assert_eq!(rebuilds_over(&cfg, None, 30), 0);
     }
 
     #[test]
@@ -177,8 +195,11 @@ mod health {
         }
         let settled = t0 + Duration::from_secs(100);
         let (specs, fading) = specs_at(&cfg, &Discovered::default(), &mut starts, &health, settled);
-        assert_eq!(specs[0].weights[1], 0, "unhealthy: no new flows");
-        assert!(fading, "both backends were first seen at t=100");
+        assert_eq!(specs[0].weights, vec![1000, 0], "unhealthy: no new flows");
+        assert!(
+            !fading,
+            "the only weighted backend has nobody to fade against"
+        );
         let h = health.get_mut(&key).expect("entry");
         h.health.observe(true, 2, 3);
         h.health.observe(true, 2, 3);
