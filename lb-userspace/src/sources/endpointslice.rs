@@ -106,11 +106,13 @@ pub fn parse(text: &str) -> Result<Parsed, String> {
         let api = str_field(&value, "apiVersion");
         match kind.as_deref() {
             Some("EndpointSliceList") | Some("List") => {
-                let items = value
-                    .get("items")
-                    .and_then(|i| i.as_sequence())
-                    .cloned()
-                    .unwrap_or_default();
+                let items = match value {
+                    serde_yaml::Value::Mapping(mut m) => match m.remove("items") {
+                        Some(serde_yaml::Value::Sequence(items)) => items,
+                        _ => Vec::new(),
+                    },
+                    _ => Vec::new(),
+                };
                 for item in items {
                     // EndpointSliceList items carry no TypeMeta: they inherit the list's.
                     let inherit = if kind.as_deref() == Some("EndpointSliceList") {
@@ -118,12 +120,12 @@ pub fn parse(text: &str) -> Result<Parsed, String> {
                     } else {
                         None
                     };
-                    accept(&item, inherit, index, &mut out);
+                    accept(item, inherit, index, &mut out);
                     index += 1;
                 }
             }
             _ => {
-                accept(&value, None, index, &mut out);
+                accept(value, None, index, &mut out);
                 index += 1;
             }
         }
@@ -181,8 +183,10 @@ struct RawPort {
 
 const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
+/// Takes the document by value: deserializing moves out of it instead of copying a
+/// whole tree per slice.
 fn accept(
-    value: &serde_yaml::Value,
+    value: serde_yaml::Value,
     inherit: Option<(String, Option<String>)>,
     index: usize,
     out: &mut Parsed,
@@ -190,7 +194,7 @@ fn accept(
     let ignore = |out: &mut Parsed, reason: String| out.ignored.push(Ignored { index, reason });
     let (kind, api) = match inherit {
         Some((k, a)) => (Some(k), a),
-        None => (str_field(value, "kind"), str_field(value, "apiVersion")),
+        None => (str_field(&value, "kind"), str_field(&value, "apiVersion")),
     };
     if kind.as_deref() != Some("EndpointSlice") {
         return ignore(out, format!("kind {kind:?} is not EndpointSlice"));
@@ -201,7 +205,7 @@ fn accept(
             format!("apiVersion {api:?} is not discovery.k8s.io/v1"),
         );
     }
-    let raw: RawSlice = match serde_yaml::from_value(value.clone()) {
+    let raw: RawSlice = match serde_yaml::from_value(value) {
         Ok(raw) => raw,
         Err(e) => return ignore(out, format!("malformed EndpointSlice: {e}")),
     };

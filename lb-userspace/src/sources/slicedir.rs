@@ -54,7 +54,7 @@ impl SliceDir {
                 return false;
             }
         };
-        let mut seen = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut changed = false;
         for entry in entries.flatten() {
             let path = entry.path();
@@ -67,7 +67,7 @@ impl SliceDir {
             else {
                 continue;
             };
-            seen.push(path.clone());
+            seen.insert(path.clone());
             if self.files.get(&path).is_some_and(|(s, _)| *s == stamp) {
                 continue;
             }
