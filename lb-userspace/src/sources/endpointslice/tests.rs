@@ -57,6 +57,34 @@ fn the_whole_corpus_ingests_26_slices_and_ignores_7_documents() {
 }
 
 #[test]
+fn the_fast_path_agrees_with_the_generic_one_on_every_file_it_takes() {
+    let mut fast = 0;
+    for entry in std::fs::read_dir(corpus_dir()).expect("shared corpus") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read");
+        let typed: Result<Vec<Option<RawDoc>>, _> = serde_yaml::Deserializer::from_str(&text)
+            .map(Option::<RawDoc>::deserialize)
+            .collect();
+        let Ok(docs) = typed else { continue };
+        if text.trim_start().starts_with('{') {
+            let json: Vec<Option<RawDoc>> = serde_json::Deserializer::from_str(&text)
+                .into_iter::<Option<RawDoc>>()
+                .collect::<Result<_, _>>()
+                .expect("a JSON file the YAML fast path takes is JSON the JSON one takes");
+            assert_eq!(from_typed(json), parse_generic(&text).expect("parses"));
+        }
+        fast += 1;
+        assert_eq!(
+            from_typed(docs),
+            parse_generic(&text).expect("parses"),
+            "{}",
+            path.display()
+        );
+    }
+    assert!(fast >= 10, "most corpus files take the fast path: {fast}");
+}
+
+#[test]
 fn lists_named_ports_and_namespaces() {
     // 01: an EndpointSliceList whose items have no kind/apiVersion; TCP and UDP ports.
     let b = backends(&corpus("01-kind-cluster-endpointslicelist.json").slices);
