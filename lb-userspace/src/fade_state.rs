@@ -3,26 +3,37 @@
 //! A restarted agent must continue a backend's ramp where it was, not start it over
 //! (which would throttle a healthy backend again) nor skip it. Start times are stored
 //! as JSON, `{"<service>/<address>": <unix milliseconds>}`, written atomically
-//! (temporary file + rename) whenever a backend is first seen.
+//! (temporary file + rename) whenever a backend is first seen. In memory they are
+//! kept per service and address, so the per-second lookups allocate nothing.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap, HashSet},
     io,
     net::IpAddr,
     path::PathBuf,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-/// Start times by service and backend, optionally backed by a file.
+/// Start times (unix milliseconds) by service and backend, optionally backed by a file.
 #[derive(Debug, Default)]
 pub struct FadeStarts {
-    starts: BTreeMap<String, u64>,
+    starts: HashMap<String, HashMap<IpAddr, u64>>,
     path: Option<PathBuf>,
     dirty: bool,
 }
 
-fn key(service: &str, addr: IpAddr) -> String {
-    format!("{service}/{addr}")
+/// The file's flat form → per service; keys that do not read as `service/address`
+/// are dropped (they can only come from a hand-edited file).
+fn from_file(flat: BTreeMap<String, u64>) -> HashMap<String, HashMap<IpAddr, u64>> {
+    let mut out: HashMap<String, HashMap<IpAddr, u64>> = HashMap::new();
+    for (k, ms) in flat {
+        let Some((service, addr)) = k.rsplit_once('/') else {
+            continue;
+        };
+        let Ok(addr) = addr.parse() else { continue };
+        out.entry(service.to_owned()).or_default().insert(addr, ms);
+    }
+    out
 }
 
 fn millis(t: SystemTime) -> u64 {
@@ -39,6 +50,7 @@ impl FadeStarts {
             .as_ref()
             .and_then(|p| match std::fs::read_to_string(p) {
                 Ok(text) => serde_json::from_str(&text)
+                    .map(from_file)
                     .map_err(|e| log::warn!("{}: ignoring fade-in state: {e}", p.display()))
                     .ok(),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -57,7 +69,11 @@ impl FadeStarts {
 
     /// When `service`'s backend `addr` was first seen, recording `now` if never.
     pub fn first_seen(&mut self, service: &str, addr: IpAddr, now: SystemTime) -> SystemTime {
-        let ms = *self.starts.entry(key(service, addr)).or_insert_with(|| {
+        if !self.starts.contains_key(service) {
+            self.starts.insert(service.to_owned(), HashMap::new());
+        }
+        let per = self.starts.get_mut(service).expect("inserted above");
+        let ms = *per.entry(addr).or_insert_with(|| {
             self.dirty = true;
             millis(now)
         });
@@ -65,12 +81,15 @@ impl FadeStarts {
     }
 
     /// Forgets backends no longer configured (so one that comes back fades in again).
-    pub fn retain(&mut self, live: &[(String, IpAddr)]) {
-        let keep: std::collections::HashSet<String> =
-            live.iter().map(|(s, a)| key(s, *a)).collect();
-        let before = self.starts.len();
-        self.starts.retain(|k, _| keep.contains(k));
-        self.dirty |= self.starts.len() != before;
+    pub fn retain(&mut self, live: &[(&str, IpAddr)]) {
+        let keep: HashSet<(&str, IpAddr)> = live.iter().copied().collect();
+        let before: usize = self.starts.values().map(HashMap::len).sum();
+        self.starts.retain(|service, per| {
+            per.retain(|addr, _| keep.contains(&(service.as_str(), *addr)));
+            !per.is_empty()
+        });
+        let after: usize = self.starts.values().map(HashMap::len).sum();
+        self.dirty |= after != before;
     }
 
     /// Writes the file if anything changed since the last save.
@@ -90,11 +109,19 @@ impl FadeStarts {
         let tmp = path.with_extension("json.tmp");
         std::fs::write(
             &tmp,
-            serde_json::to_vec_pretty(&self.starts).map_err(io::Error::other)?,
+            serde_json::to_vec_pretty(&self.flat()).map_err(io::Error::other)?,
         )?;
         std::fs::rename(&tmp, path)?;
         self.dirty = false;
         Ok(())
+    }
+
+    /// The file's form: `{"<service>/<address>": ms}`, sorted.
+    fn flat(&self) -> BTreeMap<String, u64> {
+        self.starts
+            .iter()
+            .flat_map(|(s, per)| per.iter().map(move |(a, ms)| (format!("{s}/{a}"), *ms)))
+            .collect()
     }
 }
 

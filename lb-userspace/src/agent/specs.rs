@@ -57,10 +57,11 @@ pub fn specs_at(
                 min_weight: f.min_weight,
             })
         });
-        let slice_key = svc
-            .endpoint_slices
-            .as_ref()
-            .map(|e| (e.namespace.clone(), e.service.clone()));
+        let created = svc.endpoint_slices.as_ref().and_then(|e| {
+            discovered
+                .created
+                .get(&(e.namespace.clone(), e.service.clone()))
+        });
         // Health first; then each weighted backend's ramp start and fraction.
         let mut ramps: Vec<Option<(SystemTime, f64)>> = Vec::with_capacity(spec.backends.len());
         for (w, &addr) in spec.weights.iter_mut().zip(&spec.backends) {
@@ -72,9 +73,7 @@ pub fn specs_at(
                 *w = 0;
             }
             let Some(f) = &fade else { continue };
-            let created = slice_key
-                .as_ref()
-                .and_then(|k| discovered.created.get(&(k.clone(), addr)).copied());
+            let created = created.and_then(|c| c.get(&addr).copied());
             let seen = starts.first_seen(&svc.name, addr, now);
             let start = crate::fadein::ramp_start(seen, created, h.and_then(|h| h.recovered), now);
             ramps.push((*w > 0).then(|| (start, f.fraction(crate::fadein::age(start, now)))));
@@ -83,9 +82,9 @@ pub fn specs_at(
             fading |= scale_relative(&mut spec.weights, &ramps, f, now);
         }
     }
-    let live: Vec<(String, IpAddr)> = specs
+    let live: Vec<(&str, IpAddr)> = specs
         .iter()
-        .flat_map(|s| s.backends.iter().map(|&a| (s.name.clone(), a)))
+        .flat_map(|s| s.backends.iter().map(|&a| (s.name.as_str(), a)))
         .collect();
     starts.retain(&live);
     (specs, fading)

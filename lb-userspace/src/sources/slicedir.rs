@@ -29,8 +29,9 @@ pub struct SliceDir {
 pub struct Discovered {
     /// Backends per service port, per service.
     pub backends: ServiceBackends,
-    /// The latest creation time of a slice holding each backend (a fade-in input).
-    pub created: HashMap<(ServiceKey, IpAddr), SystemTime>,
+    /// The latest creation time of a slice holding each backend (a fade-in input),
+    /// per service then address (so a lookup per backend needs no owned key).
+    pub created: HashMap<ServiceKey, HashMap<IpAddr, SystemTime>>,
 }
 
 impl SliceDir {
@@ -110,19 +111,20 @@ impl SliceDir {
 
     /// Backends and creation times of everything held.
     pub fn discovered(&self) -> Discovered {
-        let slices = self.slices();
-        let mut created: HashMap<(ServiceKey, IpAddr), SystemTime> = HashMap::new();
-        for s in &slices {
+        let slices = || self.files.values().flat_map(|(_, p)| &p.slices);
+        let mut created: HashMap<ServiceKey, HashMap<IpAddr, SystemTime>> = HashMap::new();
+        for s in slices() {
             let Some(t) = s.created else { continue };
+            let per = created
+                .entry((s.namespace.clone(), s.service.clone()))
+                .or_default();
             for ep in &s.endpoints {
-                let slot = created
-                    .entry(((s.namespace.clone(), s.service.clone()), ep.addr))
-                    .or_insert(t);
+                let slot = per.entry(ep.addr).or_insert(t);
                 *slot = (*slot).max(t);
             }
         }
         Discovered {
-            backends: backends(&slices),
+            backends: backends(slices()),
             created,
         }
     }
@@ -155,10 +157,8 @@ mod tests {
         let web = &found.backends[&("shop".to_owned(), "web".to_owned())]
             [&("http".to_owned(), "TCP".to_owned())];
         assert_eq!(web.len(), 1);
-        let t = found.created[&(
-            ("shop".to_owned(), "web".to_owned()),
-            IpAddr::from([198, 18, 0, 11]),
-        )];
+        let t =
+            found.created[&("shop".to_owned(), "web".to_owned())][&IpAddr::from([198, 18, 0, 11])];
         assert_eq!(
             Some(t),
             super::super::endpointslice::parse_rfc3339("2024-01-01T00:00:00Z")
