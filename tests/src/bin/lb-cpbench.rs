@@ -19,7 +19,7 @@ use std::{
     alloc::{GlobalAlloc, Layout, System},
     fmt::Write as _,
     net::{IpAddr, Ipv4Addr},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, ExitCode},
     sync::atomic::{AtomicU64, Ordering::Relaxed},
     time::{Duration, Instant, SystemTime},
@@ -217,26 +217,42 @@ struct Synced {
     applied: Vec<lb_userspace::dataplane::ServiceSpec>,
 }
 
-/// Config text → programmed maps, the way `lbd` starts.
-fn cold_sync(text: &str, dir: &Path, ops: &mut impl MapOps, now: SystemTime) -> Synced {
-    let config = config::parse(text, "bench.toml").expect("bench config is valid");
+/// Config text → programmed maps, the way `lbd` starts; with the cost of each phase.
+fn cold_sync(
+    text: &str,
+    dir: &Path,
+    ops: &mut impl MapOps,
+    now: SystemTime,
+) -> (Synced, Vec<(&'static str, Cost)>) {
+    let mut phases = Vec::new();
+    let (config, c) =
+        Cost::measure(|| config::parse(text, "bench.toml").expect("bench config is valid"));
+    phases.push(("config parse", c));
     let mut slices = SliceDir::new(dir);
-    slices.scan();
-    let discovered = slices.discovered();
+    let (_, c) = Cost::measure(|| slices.scan());
+    phases.push(("slice files read + parsed", c));
+    let (discovered, c) = Cost::measure(|| slices.discovered());
+    phases.push(("endpoint sets", c));
     let mut starts = FadeStarts::default();
-    let (specs, _) = specs_at(&config, &discovered, &mut starts, &HealthMap::new(), now);
+    let ((specs, _), c) =
+        Cost::measure(|| specs_at(&config, &discovered, &mut starts, &HealthMap::new(), now));
+    phases.push(("specs (health, fade-in)", c));
     let mut programmer = Programmer::default();
-    let report = programmer
-        .apply(ops, &specs, Instant::now())
-        .expect("programming succeeds");
+    let (report, c) = Cost::measure(|| {
+        programmer
+            .apply(ops, &specs, Instant::now())
+            .expect("programming succeeds")
+    });
+    phases.push(("tables built + maps written", c));
     assert_eq!(report.programmed, SERVICES, "every service programmed");
-    Synced {
+    let synced = Synced {
         config,
         slices,
         starts,
         programmer,
         applied: specs,
-    }
+    };
+    (synced, phases)
 }
 
 /// The child: one cold sync in a fresh process, figures on stdout as `key=value`.
@@ -259,7 +275,11 @@ fn child(dir: &Path, kernel: bool) -> ExitCode {
         let (s, c) = Cost::measure(|| cold_sync(&text, dir, &mut maps, now));
         (s, c)
     };
+    let ((synced, phases), cost) = (synced, cost);
     let backends: usize = synced.applied.iter().map(|s| s.backends.len()).sum();
+    for (name, c) in phases {
+        println!("{}", c.line(&format!("      {name}")));
+    }
     println!(
         "wall_ns={} cpu_ns={} allocs={} bytes={} rss={} rss0={} backends={backends}",
         cost.wall.as_nanos(),
@@ -286,6 +306,9 @@ fn cold_sync_in_child(dir: &Path, kernel: bool) -> Option<(Cost, u64, u64, usize
         return None;
     }
     let text = String::from_utf8_lossy(&out.stdout);
+    for phase in text.lines().filter(|l| l.starts_with("    ")) {
+        println!("{phase}");
+    }
     let get = |k: &str| -> Option<u64> {
         text.split_whitespace()
             .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))?
@@ -326,56 +349,64 @@ fn main() -> ExitCode {
     code
 }
 
-fn run(dir: &PathBuf) -> ExitCode {
-    if let Err(e) = std::fs::create_dir_all(dir) {
-        eprintln!("{}: {e}", dir.display());
-        return ExitCode::FAILURE;
+fn run(base: &Path) -> ExitCode {
+    let (dir, json_dir) = (base.join("yaml"), base.join("json"));
+    for d in [&dir, &json_dir] {
+        if let Err(e) = std::fs::create_dir_all(d) {
+            eprintln!("{}: {e}", d.display());
+            return ExitCode::FAILURE;
+        }
     }
-    let mut bytes_on_disk = 0;
+    let (mut yaml_bytes, mut json_bytes) = (0, 0);
     for s in 0..SERVICES {
         let y = slice_yaml(s, None);
-        bytes_on_disk += y.len();
+        let value: serde_json::Value = serde_yaml::from_str(&y).expect("generated YAML");
+        let j = serde_json::to_string_pretty(&value).expect("JSON");
+        yaml_bytes += y.len();
+        json_bytes += j.len();
         std::fs::write(dir.join(format!("svc-{s}.yaml")), y).expect("write slice");
+        std::fs::write(json_dir.join(format!("svc-{s}.json")), j).expect("write slice");
     }
     println!(
-        "control plane: {SERVICES} services × {ENDPOINTS} endpoints, {SERVICES} EndpointSlice files ({:.1} MB of YAML)\n",
-        bytes_on_disk as f64 / 1e6
+        "control plane: {SERVICES} services × {ENDPOINTS} endpoints, {SERVICES} EndpointSlice files ({:.1} MB of YAML; {:.1} MB as JSON)\n",
+        yaml_bytes as f64 / 1e6,
+        json_bytes as f64 / 1e6
     );
 
     println!("cold sync (config + slices → programmed maps), fresh process each:");
-    let Some((mem, rss, rss0, backends)) = cold_sync_in_child(dir, false) else {
-        eprintln!("cold sync child failed");
-        return ExitCode::FAILURE;
-    };
-    println!("{}", mem.line("  into in-memory maps"));
-    println!(
-        "  {backends} backends programmed; peak RSS {:.1} MB ({:.1} MB before the sync)",
-        rss as f64 / 1e6,
-        rss0 as f64 / 1e6
-    );
+    let mut runs = vec![("YAML files, in-memory maps", &dir, false)];
+    runs.push(("JSON files, in-memory maps", &json_dir, false));
     if lb_testbed::is_root() {
-        match cold_sync_in_child(dir, true) {
-            Some((k, krss, _, _)) => {
-                println!("{}", k.line("  into kernel BPF maps"));
-                println!("  peak RSS {:.1} MB", krss as f64 / 1e6);
-            }
-            None => println!("  into kernel BPF maps: failed (see above)"),
-        }
+        runs.push(("YAML files, kernel BPF maps", &dir, true));
+        runs.push(("JSON files, kernel BPF maps", &json_dir, true));
     } else {
-        println!("  into kernel BPF maps: skipped (needs root)");
+        println!("  (kernel BPF maps skipped: needs root)");
     }
-    println!(
-        "  vs Cilium agent, same shape (162 MB, 3.77 M allocations, 1.47 s CPU): {:.3}× bytes, {:.3}× allocations, {:.3}× CPU",
-        mem.bytes as f64 / 162e6,
-        mem.allocs as f64 / 3.77e6,
-        mem.cpu.as_secs_f64() / 1.47
-    );
+    for (what, d, kernel) in runs {
+        println!("  {what}, by phase:");
+        let Some((cost, rss, rss0, backends)) = cold_sync_in_child(d, kernel) else {
+            eprintln!("cold sync child failed");
+            return ExitCode::FAILURE;
+        };
+        println!("{}", cost.line("    total"));
+        println!(
+            "    {backends} backends programmed; peak RSS {:.1} MB ({:.1} MB before the sync)",
+            rss as f64 / 1e6,
+            rss0 as f64 / 1e6
+        );
+        println!(
+            "    vs Cilium agent, same shape (162 MB, 3.77 M allocations, 1.47 s CPU): {:.3}× bytes, {:.3}× allocations, {:.3}× CPU",
+            cost.bytes as f64 / 162e6,
+            cost.allocs as f64 / 3.77e6,
+            cost.cpu.as_secs_f64() / 1.47
+        );
+    }
 
     // Warm state for the incremental measurements: synced an hour ago, so the 30
     // backends of every service are settled and a new one fades in against them.
     let t0 = SystemTime::now() - Duration::from_secs(7200);
     let mut maps = MemoryDataplane::default();
-    let mut s = cold_sync(&config_text(dir), dir, &mut maps, t0);
+    let mut s = cold_sync(&config_text(&dir), &dir, &mut maps, t0).0;
 
     println!("\nincremental (median of 5):");
     let file = dir.join("svc-0.yaml");
