@@ -40,6 +40,15 @@ pub struct Programmed {
     spec: ServiceSpec,
 }
 
+impl Programmed {
+    /// The [`maglev::digest`] of the live table: equal on every node that programmed
+    /// the same backends, weights and size, so operators (and tests) can compare
+    /// nodes, or a node and the model, without reading 2 × M bytes each.
+    pub fn digest(&self) -> u64 {
+        maglev::digest(&self.table)
+    }
+}
+
 /// What an [`Programmer::apply`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplyReport {
@@ -336,6 +345,13 @@ impl Programmer {
                 }
             }
         }
+        log::debug!(
+            "{}: {} backends, {} slots, table digest {:016x}",
+            spec.name,
+            spec.backends.len(),
+            table.len(),
+            maglev::digest(&table)
+        );
         self.services.insert(
             spec.key,
             Programmed {

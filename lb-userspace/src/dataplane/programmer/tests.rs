@@ -283,3 +283,32 @@ fn weights_shape_the_table_and_zero_drains() {
         "weights must match backends"
     );
 }
+
+#[test]
+fn the_digest_of_what_the_maps_hold_matches_the_model() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let mut s = spec(80, &[v4(11), v4(12), v4(13)]);
+    s.weights = vec![3, 1, 2];
+    p.apply(&mut dp, std::slice::from_ref(&s), Instant::now())
+        .expect("apply");
+    let programmed = p.service(&s.key).expect("programmed");
+    let info = dp.vips[&s.key];
+    let in_maps: Vec<u16> = (0..info.table_size)
+        .map(|slot| {
+            dp.chunks[&(info.table_base / TABLE_CHUNK_SLOTS + slot / TABLE_CHUNK_SLOTS)].slots
+                [(slot % TABLE_CHUNK_SLOTS) as usize]
+        })
+        .collect();
+    let model = maglev::build_weighted(&s.backends, &s.weights, maglev::default_size(3));
+    assert_eq!(maglev::digest(&in_maps), maglev::digest(&model));
+    assert_eq!(programmed.digest(), maglev::digest(&model));
+    s.weights = vec![1, 1, 2];
+    p.apply(&mut dp, std::slice::from_ref(&s), Instant::now())
+        .expect("apply");
+    assert_ne!(
+        p.service(&s.key).expect("programmed").digest(),
+        maglev::digest(&model),
+        "a weight change changes the digest"
+    );
+}
