@@ -234,13 +234,7 @@ impl Agent {
                 .map(SliceDir::discovered)
                 .unwrap_or_default();
             log::info!("EndpointSlices changed: reprogramming");
-            let (specs, fading) = specs_at(
-                &self.config,
-                &self.discovered,
-                &mut self.starts,
-                &self.health,
-                now,
-            );
+            let (specs, fading) = self.specs_now(now);
             save_starts(&mut self.starts);
             self.reprogram(specs, fading)?;
             rebuilt = true;
@@ -248,13 +242,7 @@ impl Agent {
         if !self.fading {
             return Ok(rebuilt);
         }
-        let (specs, fading) = specs_at(
-            &self.config,
-            &self.discovered,
-            &mut self.starts,
-            &self.health,
-            now,
-        );
+        let (specs, fading) = self.specs_now(now);
         if !fading {
             log::info!("fade-in complete: every backend at full weight");
         }
@@ -376,15 +364,20 @@ impl Agent {
             };
             log::warn!("{service}: backend {backend} is unhealthy ({why}): no new flows");
         }
-        let (specs, fading) = specs_at(
+        let (specs, fading) = self.specs_now(now);
+        self.reprogram(specs, fading)?;
+        Ok(true)
+    }
+
+    /// The specs at `now` from the current config, slices, health and ramp starts.
+    fn specs_now(&mut self, now: SystemTime) -> (Vec<ServiceSpec>, bool) {
+        specs_at(
             &self.config,
             &self.discovered,
             &mut self.starts,
             &self.health,
             now,
-        );
-        self.reprogram(specs, fading)?;
-        Ok(true)
+        )
     }
 
     /// Table rebuilds done for fade-in so far.
