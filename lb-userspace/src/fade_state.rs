@@ -82,7 +82,8 @@ impl FadeStarts {
 
     /// Forgets backends no longer configured (so one that comes back fades in again).
     pub fn retain(&mut self, live: &[(&str, IpAddr)]) {
-        let keep: HashSet<(&str, IpAddr)> = live.iter().copied().collect();
+        let mut keep: HashSet<(&str, IpAddr)> = HashSet::with_capacity(live.len());
+        keep.extend(live.iter().copied());
         let before: usize = self.starts.values().map(HashMap::len).sum();
         self.starts.retain(|service, per| {
             per.retain(|addr, _| keep.contains(&(service.as_str(), *addr)));

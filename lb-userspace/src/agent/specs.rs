@@ -82,10 +82,13 @@ pub fn specs_at(
             fading |= scale_relative(&mut spec.weights, &ramps, f, now);
         }
     }
-    let live: Vec<(&str, IpAddr)> = specs
-        .iter()
-        .flat_map(|s| s.backends.iter().map(|&a| (s.name.as_str(), a)))
-        .collect();
+    let mut live: Vec<(&str, IpAddr)> =
+        Vec::with_capacity(specs.iter().map(|s| s.backends.len()).sum());
+    live.extend(
+        specs
+            .iter()
+            .flat_map(|s| s.backends.iter().map(|&a| (s.name.as_str(), a))),
+    );
     starts.retain(&live);
     (specs, fading)
 }

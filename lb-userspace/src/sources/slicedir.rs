@@ -7,6 +7,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
+    io::Read,
     net::IpAddr,
     path::{Path, PathBuf},
     time::SystemTime,
@@ -56,6 +57,8 @@ impl SliceDir {
             }
         };
         let mut seen = std::collections::HashSet::new();
+        // One buffer for every file of the scan: a cold start reads thousands.
+        let mut text = String::new();
         let mut changed = false;
         for entry in entries.flatten() {
             let path = entry.path();
@@ -72,9 +75,11 @@ impl SliceDir {
             if self.files.get(&path).is_some_and(|(s, _)| *s == stamp) {
                 continue;
             }
-            let parsed = std::fs::read_to_string(&path)
+            text.clear();
+            let parsed = std::fs::File::open(&path)
+                .and_then(|mut f| f.read_to_string(&mut text))
                 .map_err(|e| e.to_string())
-                .and_then(|t| parse(&t));
+                .and_then(|_| parse(&text));
             match parsed {
                 Ok(parsed) => {
                     for ignored in &parsed.ignored {
