@@ -79,7 +79,12 @@ fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
     // backend-1 starts terminating (serving), backend-3 disappears.
     std::thread::sleep(Duration::from_millis(1100)); // a new modification time
     slices.write("web.yaml", &slice(&[(0, DRAINING), (1, READY)]));
-    wait_for(&lbd, "EndpointSlices changed", 1);
+    // Both services (ports http and echo) come from the edited slice.
+    wait_for(
+        &lbd,
+        "EndpointSlices changed: 2 services reprogrammed, 0 unchanged",
+        1,
+    );
     let after = http_requests(&topo.client, VIP, 80, 60);
     assert!(after.failures.is_empty(), "{:?}", after.failures);
     assert_eq!(

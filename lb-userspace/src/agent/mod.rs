@@ -233,10 +233,14 @@ impl Agent {
                 .as_ref()
                 .map(SliceDir::discovered)
                 .unwrap_or_default();
-            log::info!("EndpointSlices changed: reprogramming");
             let (specs, fading) = self.specs_now(now);
             save_starts(&mut self.starts);
-            self.reprogram(specs, fading)?;
+            let report = self.reprogram(specs, fading)?;
+            log::info!(
+                "EndpointSlices changed: {} services reprogrammed, {} unchanged",
+                report.programmed,
+                report.unchanged
+            );
             rebuilt = true;
         }
         if !self.fading {
