@@ -98,25 +98,35 @@ pub fn parse(text: &str) -> Result<Parsed, String> {
     // JSON (`kubectl get -o json`, what an API client or etcd holds): a JSON reader
     // allocates only for the fields kept. Any failure falls through to the YAML
     // reader, which reads JSON too and reports precisely.
-    if text.trim_start().starts_with(['{', '[']) {
-        let typed: Result<Vec<Option<RawDoc>>, _> = serde_json::Deserializer::from_str(text)
-            .into_iter::<Option<RawDoc>>()
-            .collect();
-        if let Ok(docs) = typed {
-            return Ok(from_typed(docs));
-        }
+    if text.trim_start().starts_with(['{', '['])
+        && let Some(docs) = typed_json(text)
+    {
+        return Ok(from_typed(docs));
     }
     // Fast path: every document straight into the fields we read, the rest skipped
     // without being built (a tenth of the allocations). A file with any document
     // that does not fit those types — ignored or malformed ones, bad YAML — is read
     // again as generic values, which gives the precise per-document reasons.
-    let typed: Result<Vec<Option<RawDoc>>, _> = serde_yaml::Deserializer::from_str(text)
-        .map(Option::<RawDoc>::deserialize)
-        .collect();
-    match typed {
-        Ok(docs) => Ok(from_typed(docs)),
-        Err(_) => parse_generic(text),
+    match typed_yaml(text) {
+        Some(docs) => Ok(from_typed(docs)),
+        None => parse_generic(text),
     }
+}
+
+/// Every JSON document of `text` as a [`RawDoc`], or `None` if any does not fit.
+fn typed_json(text: &str) -> Option<Vec<Option<RawDoc>>> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Option<RawDoc>>()
+        .collect::<Result<_, _>>()
+        .ok()
+}
+
+/// Every YAML document of `text` as a [`RawDoc`], or `None` if any does not fit.
+fn typed_yaml(text: &str) -> Option<Vec<Option<RawDoc>>> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(Option::<RawDoc>::deserialize)
+        .collect::<Result<_, _>>()
+        .ok()
 }
 
 /// [`parse`] for documents that all fit [`RawDoc`].
