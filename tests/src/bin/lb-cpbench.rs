@@ -28,7 +28,10 @@ use std::{
 use lb_userspace::{
     agent::{HealthMap, specs_at, weights_moved},
     config::{self, ValidConfig},
-    dataplane::{MapOps, Programmer, kernel::KernelDataplane, memory::MemoryDataplane},
+    dataplane::{
+        ApplyReport, MapOps, Programmer, ServiceSpec, kernel::KernelDataplane,
+        memory::MemoryDataplane,
+    },
     fade_state::FadeStarts,
     maglev,
     sources::slicedir::SliceDir,
@@ -214,7 +217,45 @@ struct Synced {
     slices: SliceDir,
     starts: FadeStarts,
     programmer: Programmer,
-    applied: Vec<lb_userspace::dataplane::ServiceSpec>,
+    applied: Vec<ServiceSpec>,
+}
+
+impl Synced {
+    /// Rescans the slice directory (which must have changed) and programs the result
+    /// as of `at`, the way a tick after a slice change does.
+    fn rescan(&mut self, maps: &mut impl MapOps, at: SystemTime) -> ApplyReport {
+        assert!(self.slices.scan(), "the change is seen");
+        let discovered = self.slices.discovered();
+        let (specs, _) = specs_at(
+            &self.config,
+            &discovered,
+            &mut self.starts,
+            &HealthMap::new(),
+            at,
+        );
+        self.program(maps, specs)
+    }
+
+    fn program(&mut self, maps: &mut impl MapOps, specs: Vec<ServiceSpec>) -> ApplyReport {
+        let report = self
+            .programmer
+            .apply(maps, &specs, Instant::now())
+            .expect("apply");
+        self.applied = specs;
+        report
+    }
+}
+
+/// Rewrites service 0's slice with `endpoint0` as its first address, stamped
+/// `ahead` into the future so the rescan sees a new modification time even on
+/// filesystems with coarse timestamps.
+fn rewrite_slice(file: &Path, endpoint0: Ipv4Addr, ahead: Duration) {
+    std::fs::write(file, slice_yaml(0, Some(endpoint0))).expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(file)
+        .and_then(|f| f.set_modified(SystemTime::now() + ahead))
+        .expect("mtime");
 }
 
 /// Config text → programmed maps, the way `lbd` starts; with the cost of each phase.
@@ -416,47 +457,23 @@ fn run(base: &Path) -> ExitCode {
         } else {
             backend(0, 0)
         };
-        // A new modification time for the rescan to notice (1 s granularity on some
-        // filesystems is avoided by setting it explicitly).
-        std::fs::write(&file, slice_yaml(0, Some(addr))).expect("write");
-        let mtime = SystemTime::now() + Duration::from_secs(if flip { 10 } else { 20 });
-        let f = std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .expect("open");
-        f.set_modified(mtime).expect("mtime");
-        let (_, cost) = Cost::measure(|| {
-            assert!(s.slices.scan(), "the change is seen");
-            let discovered = s.slices.discovered();
-            let at = t0 + Duration::from_secs(3600);
-            let (specs, _) = specs_at(&s.config, &discovered, &mut s.starts, &HealthMap::new(), at);
-            let r = s
-                .programmer
-                .apply(&mut maps, &specs, Instant::now())
-                .expect("apply");
-            assert_eq!(r.programmed, 1, "only the changed service");
-            s.applied = specs;
-        });
+        rewrite_slice(&file, addr, Duration::from_secs(if flip { 10 } else { 20 }));
+        let at = t0 + Duration::from_secs(3600);
+        let (report, cost) = Cost::measure(|| s.rescan(&mut maps, at));
+        assert_eq!(report.programmed, 1, "only the changed service");
         cost
     });
     println!("{}", change.line("  one endpoint changed → programmed"));
 
     // A fresh backend in svc-0 ramps in against 29 settled ones; ticks 3 s apart.
-    std::fs::write(&file, slice_yaml(0, Some(Ipv4Addr::new(198, 18, 201, 1)))).expect("write");
-    let f = std::fs::File::options()
-        .write(true)
-        .open(&file)
-        .expect("open");
-    f.set_modified(SystemTime::now() + Duration::from_secs(30))
-        .expect("mtime");
-    s.slices.scan();
-    let discovered = s.slices.discovered();
+    rewrite_slice(
+        &file,
+        Ipv4Addr::new(198, 18, 201, 1),
+        Duration::from_secs(30),
+    );
     let t1 = t0 + Duration::from_secs(7200);
-    let (specs, _) = specs_at(&s.config, &discovered, &mut s.starts, &HealthMap::new(), t1);
-    s.programmer
-        .apply(&mut maps, &specs, Instant::now())
-        .expect("apply");
-    s.applied = specs;
+    s.rescan(&mut maps, t1);
+    let discovered = s.slices.discovered();
     let mut second = 0;
     let step = median(5, || {
         second += 3;
@@ -471,12 +488,8 @@ fn run(base: &Path) -> ExitCode {
             );
             assert!(fading, "svc-0 still fading: {:?}", specs[0].weights);
             assert!(weights_moved(&s.applied, &specs, fading), "a step is due");
-            let r = s
-                .programmer
-                .apply(&mut maps, &specs, Instant::now())
-                .expect("apply");
+            let r = s.program(&mut maps, specs);
             assert_eq!(r.programmed, 1, "only the fading service");
-            s.applied = specs;
         });
         cost
     });
