@@ -352,7 +352,9 @@ impl Agent {
         };
         let entry = self
             .health
-            .entry((service.to_owned(), backend))
+            .entry(service.to_owned())
+            .or_default()
+            .entry(backend)
             .or_default();
         let up = *outcome == Outcome::Up;
         let Some(healthy) = entry.health.observe(up, hc.rise, hc.fall) else {

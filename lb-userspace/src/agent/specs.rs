@@ -23,8 +23,9 @@ use crate::{
 /// while fading: 2%.
 const FADE_STEP_PER_MILLE: u64 = 20;
 
-/// Health of each checked backend, by (service name, address).
-pub type HealthMap = HashMap<(String, IpAddr), BackendHealth>;
+/// Health of each checked backend, by service name then address (so the per-backend
+/// lookup of every tick needs no owned key).
+pub type HealthMap = HashMap<String, HashMap<IpAddr, BackendHealth>>;
 
 /// A backend's health and when it last recovered.
 #[derive(Clone, Copy, Debug, Default)]
@@ -62,13 +63,11 @@ pub fn specs_at(
                 .created
                 .get(&(e.namespace.clone(), e.service.clone()))
         });
+        let checked = health.get(&svc.name);
         // Health first; then each weighted backend's ramp start and fraction.
         let mut ramps: Vec<Option<(SystemTime, f64)>> = Vec::with_capacity(spec.backends.len());
         for (w, &addr) in spec.weights.iter_mut().zip(&spec.backends) {
-            // Most services have no health check: skip the keyed lookup (and its clone).
-            let h = (!health.is_empty())
-                .then(|| health.get(&(svc.name.clone(), addr)))
-                .flatten();
+            let h = checked.and_then(|c| c.get(&addr));
             if h.is_some_and(|h| !h.health.healthy) {
                 *w = 0;
             }

@@ -181,15 +181,20 @@ mod health {
         let mut starts = FadeStarts::default();
         let b: IpAddr = "198.18.0.12".parse().expect("addr");
         let mut health = HealthMap::new();
-        health.insert(
-            ("web".into(), b),
+        health.entry("web".into()).or_default().insert(
+            b,
             BackendHealth {
                 health: Health::default(),
                 recovered: None,
             },
         );
-        let key = ("web".to_string(), b);
-        let h = health.get_mut(&key).expect("entry");
+        fn entry(health: &mut HealthMap, b: IpAddr) -> &mut BackendHealth {
+            health
+                .get_mut("web")
+                .and_then(|m| m.get_mut(&b))
+                .expect("entry")
+        }
+        let h = entry(&mut health, b);
         for _ in 0..3 {
             h.health.observe(false, 2, 3);
         }
@@ -200,7 +205,7 @@ mod health {
             !fading,
             "the only weighted backend has nobody to fade against"
         );
-        let h = health.get_mut(&key).expect("entry");
+        let h = entry(&mut health, b);
         h.health.observe(true, 2, 3);
         h.health.observe(true, 2, 3);
         h.recovered = Some(settled + Duration::from_secs(100));
