@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bpffs;
 pub mod config;
 pub mod dataplane;
+pub mod explain;
 pub mod fade_state;
 pub mod fadein;
 pub mod health;

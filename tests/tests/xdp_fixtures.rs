@@ -9,7 +9,7 @@ use lb_testbed::{
     is_root,
     packet::{Packet, TCP, UDP},
 };
-use lb_userspace::dataplane::{ServiceSpec, addr16, vip_key};
+use lb_userspace::dataplane::{MapRead as _, ServiceSpec, addr16, vip_key};
 
 const SEED: u32 = 0x5eed;
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
@@ -118,7 +118,11 @@ fn spread_case(
         bytes += p.len() as u64;
     }
     assert_eq!(seen.len(), 3, "30 flows reach all three backends: {seen:?}");
-    let stats = rig.dataplane.vip_stats(service_id).expect("vip stats");
+    let stats = rig
+        .dataplane
+        .maps()
+        .vip_stats(service_id)
+        .expect("vip stats");
     assert_eq!(
         (stats.packets, stats.bytes, stats.new_flows),
         (30, bytes, 30)
@@ -252,10 +256,16 @@ fn established_flows_keep_their_backend_across_table_changes() {
             let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
             assert_forwarded_to(&out, &p.bytes, *to);
         }
-        let stats = rig.dataplane.vip_stats(0).expect("stats");
+        let stats = rig.dataplane.maps().vip_stats(0).expect("stats");
         assert_eq!((stats.packets, stats.new_flows), (21, 11));
         let key = flow(IpAddr::V4(CLIENT), 2000, IpAddr::V4(VIP), 80, TCP);
-        assert!(rig.dataplane.flow(&key).expect("conntrack read").is_some());
+        assert!(
+            rig.dataplane
+                .maps()
+                .flow(&key)
+                .expect("conntrack read")
+                .is_some()
+        );
     });
 }
 

@@ -127,7 +127,7 @@ impl Agent {
         let mut dataplane = KernelDataplane::load_with_pins(pin_dir.as_deref())?;
         let mut programmer = Programmer::default();
         programmer.set_answer_ping(config.node.answer_ping);
-        let adopted = programmer.adopt(&dataplane)?;
+        let adopted = programmer.adopt(dataplane.maps())?;
         if adopted > 0 {
             log::info!("adopted {adopted} services from the pinned data plane");
         }

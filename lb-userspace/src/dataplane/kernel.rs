@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, ProgramArray},
+    maps::{MapData, ProgramArray},
     programs::{
         Link as _, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
@@ -13,11 +13,13 @@ use aya::{
     },
 };
 use lb_common::{
-    AddrKey, Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo,
-    VipKey, maps::names,
+    AddrKey, Backend, Counter, GlobalConfig, TableChunk, VipInfo, VipKey, maps::names,
 };
 
-use super::{DataplaneError, MapOps, MapRead};
+use super::{
+    DataplaneError, MapOps,
+    maps::{MapSet, map_error},
+};
 use crate::config;
 
 /// The BPF object built from `lb-ebpf` by this crate's build script.
@@ -71,32 +73,9 @@ pub enum AttachOutcome {
 pub struct KernelDataplane {
     ebpf: Ebpf,
     link: Attachment,
-    vips: HashMap<MapData, VipKey, VipInfo>,
-    backends: Array<MapData, Backend>,
-    lists: Array<MapData, u32>,
-    chunks: Array<MapData, TableChunk>,
-    conntrack: HashMap<MapData, FlowKey, FlowEntry>,
-    config: Array<MapData, GlobalConfig>,
-    counters: PerCpuArray<MapData, u64>,
-    vip_stats: PerCpuArray<MapData, TrafficStats>,
-    backend_stats: PerCpuArray<MapData, TrafficStats>,
-    echo: HashMap<MapData, AddrKey, u32>,
+    maps: MapSet,
     /// Tail-call targets; kept open so the entries stay while this process runs.
     _progs: ProgramArray<MapData>,
-}
-
-fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, DataplaneError>
-where
-    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let map = ebpf
-        .take_map(name)
-        .ok_or(DataplaneError::Missing { what: "map", name })?;
-    T::try_from(map).map_err(|source| DataplaneError::Map {
-        op: "open",
-        map: name,
-        source,
-    })
 }
 
 fn program_error(
@@ -146,7 +125,12 @@ impl KernelDataplane {
             .map_err(program_error("loading the XDP program"))?;
         // lb_nat and lb_nat_icmp run by tail call from lb_xdp; their slots are replaced
         // in place on a restart (the pinned array outlives lbd).
-        let mut progs: ProgramArray<MapData> = take(&mut ebpf, names::PROGS)?;
+        let progs_map = ebpf.take_map(names::PROGS).ok_or(DataplaneError::Missing {
+            what: "map",
+            name: names::PROGS,
+        })?;
+        let mut progs =
+            ProgramArray::try_from(progs_map).map_err(map_error("open", names::PROGS))?;
         for (slot, name) in [(0, names::NAT_PROGRAM), (1, names::NAT_ICMP_PROGRAM)] {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
@@ -166,16 +150,7 @@ impl KernelDataplane {
                 .map_err(map_error("set", names::PROGS))?;
         }
         Ok(Self {
-            vips: take(&mut ebpf, names::VIPS)?,
-            backends: take(&mut ebpf, names::BACKENDS)?,
-            lists: take(&mut ebpf, names::SERVICE_BACKENDS)?,
-            chunks: take(&mut ebpf, names::TABLE_CHUNKS)?,
-            conntrack: take(&mut ebpf, names::CONNTRACK)?,
-            config: take(&mut ebpf, names::CONFIG)?,
-            counters: take(&mut ebpf, names::COUNTERS)?,
-            vip_stats: take(&mut ebpf, names::VIP_STATS)?,
-            backend_stats: take(&mut ebpf, names::BACKEND_STATS)?,
-            echo: take(&mut ebpf, names::ECHO_ADDRS)?,
+            maps: MapSet::take(&mut ebpf)?,
             _progs: progs,
             ebpf,
             link: Attachment::None,
@@ -344,60 +319,15 @@ impl KernelDataplane {
         }
     }
 
-    /// Traffic of a service, summed over CPUs.
-    ///
-    /// # Errors
-    /// The map read failed.
-    pub fn vip_stats(&self, service_id: u32) -> Result<TrafficStats, DataplaneError> {
-        sum_stats(&self.vip_stats, service_id, names::VIP_STATS)
+    /// The maps, for reading counters, conntrack and tables.
+    pub fn maps(&self) -> &MapSet {
+        &self.maps
     }
 
-    /// Traffic of a backend, summed over CPUs.
-    ///
-    /// # Errors
-    /// The map read failed.
-    pub fn backend_stats(&self, backend_id: u32) -> Result<TrafficStats, DataplaneError> {
-        sum_stats(&self.backend_stats, backend_id, names::BACKEND_STATS)
+    /// The maps, writable (tests forget conntrack entries).
+    pub fn maps_mut(&mut self) -> &mut MapSet {
+        &mut self.maps
     }
-
-    /// The conntrack entry of a flow, if any.
-    ///
-    /// # Errors
-    /// The map read failed.
-    pub fn flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
-        match self.conntrack.get(key, 0) {
-            Ok(entry) => Ok(Some(entry)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(source) => Err(map_error("get", names::CONNTRACK)(source)),
-        }
-    }
-
-    /// Removes a flow's conntrack entry, so its next packet is a new flow again.
-    ///
-    /// # Errors
-    /// The map update failed (a missing entry is not an error).
-    pub fn forget_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
-        match self.conntrack.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(map_error("remove", names::CONNTRACK)(source)),
-        }
-    }
-
-    /// Number of conntrack entries (walks the map).
-    pub fn flow_count(&self) -> usize {
-        self.conntrack.keys().filter(Result::is_ok).count()
-    }
-}
-
-fn sum_stats(
-    map: &PerCpuArray<MapData, TrafficStats>,
-    index: u32,
-    name: &'static str,
-) -> Result<TrafficStats, DataplaneError> {
-    let per_cpu = map.get(&index, 0).map_err(map_error("read", name))?;
-    Ok(per_cpu
-        .iter()
-        .fold(TrafficStats::default(), |acc, s| acc.plus(*s)))
 }
 
 impl std::fmt::Debug for KernelDataplane {
@@ -418,104 +348,64 @@ fn xdp_of(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
         .map_err(program_error("the program is not XDP"))
 }
 
-fn map_error(
-    op: &'static str,
-    map: &'static str,
-) -> impl FnOnce(aya::maps::MapError) -> DataplaneError {
-    move |source| DataplaneError::Map { op, map, source }
-}
-
 impl MapOps for KernelDataplane {
     fn set_config(&mut self, config: GlobalConfig) -> Result<(), DataplaneError> {
-        self.config
+        self.maps
+            .config
             .set(0, config, 0)
             .map_err(map_error("set", names::CONFIG))
     }
 
     fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError> {
-        self.vips
+        self.maps
+            .vips
             .insert(key, info, 0)
             .map_err(map_error("insert", names::VIPS))
     }
 
     fn delete_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
-        match self.vips.remove(key) {
+        match self.maps.vips.remove(key) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(source) => Err(map_error("remove", names::VIPS)(source)),
         }
     }
 
     fn put_backend(&mut self, id: u32, backend: Backend) -> Result<(), DataplaneError> {
-        self.backends
+        self.maps
+            .backends
             .set(id, backend, 0)
             .map_err(map_error("set", names::BACKENDS))
     }
 
     fn put_list_entry(&mut self, index: u32, backend_id: u32) -> Result<(), DataplaneError> {
-        self.lists
+        self.maps
+            .lists
             .set(index, backend_id, 0)
             .map_err(map_error("set", names::SERVICE_BACKENDS))
     }
 
     fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError> {
-        self.chunks
+        self.maps
+            .chunks
             .set(index, chunk, 0)
             .map_err(map_error("set", names::TABLE_CHUNKS))
     }
 
     fn counter(&self, counter: Counter) -> Result<u64, DataplaneError> {
-        let per_cpu = self
-            .counters
-            .get(&(counter as u32), 0)
-            .map_err(map_error("read", names::COUNTERS))?;
-        Ok(per_cpu.iter().sum())
+        self.maps.counter(counter)
     }
 
     fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
-        self.echo
+        self.maps
+            .echo
             .insert(AddrKey { addr }, 0, 0)
             .map_err(map_error("insert", names::ECHO_ADDRS))
     }
 
     fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
-        match self.echo.remove(&AddrKey { addr }) {
+        match self.maps.echo.remove(&AddrKey { addr }) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(source) => Err(map_error("remove", names::ECHO_ADDRS)(source)),
         }
-    }
-}
-
-impl MapRead for KernelDataplane {
-    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>, DataplaneError> {
-        self.vips
-            .iter()
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(map_error("iterate", names::VIPS))
-    }
-
-    fn backend(&self, id: u32) -> Result<Backend, DataplaneError> {
-        self.backends
-            .get(&id, 0)
-            .map_err(map_error("get", names::BACKENDS))
-    }
-
-    fn list_entry(&self, index: u32) -> Result<u32, DataplaneError> {
-        self.lists
-            .get(&index, 0)
-            .map_err(map_error("get", names::SERVICE_BACKENDS))
-    }
-
-    fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError> {
-        self.chunks
-            .get(&index, 0)
-            .map_err(map_error("get", names::TABLE_CHUNKS))
-    }
-
-    fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError> {
-        self.echo
-            .keys()
-            .map(|k| k.map(|k| k.addr))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(map_error("iterate", names::ECHO_ADDRS))
     }
 }

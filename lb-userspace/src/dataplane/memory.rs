@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use lb_common::{Backend, Counter, FlowKey, GlobalConfig, TableChunk, VipInfo, VipKey};
+use lb_common::{Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, VipInfo, VipKey};
 
 use super::{
     DataplaneError, MapOps, MapRead,
@@ -24,6 +24,8 @@ pub struct MemoryDataplane {
     pub chunks: HashMap<u32, TableChunk>,
     /// Addresses whose echo requests are answered.
     pub echo: std::collections::BTreeSet<[u8; 16]>,
+    /// Conntrack entries (the control plane never writes them; tests may).
+    pub flows: HashMap<FlowKey, FlowEntry>,
     /// Operation names in call order.
     pub log: Vec<&'static str>,
 }
@@ -99,6 +101,18 @@ impl MapOps for MemoryDataplane {
 impl MapRead for MemoryDataplane {
     fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>, DataplaneError> {
         Ok(self.vips.iter().map(|(k, v)| (*k, *v)).collect())
+    }
+
+    fn vip(&self, key: &VipKey) -> Result<Option<VipInfo>, DataplaneError> {
+        Ok(self.vips.get(key).copied())
+    }
+
+    fn flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
+        Ok(self.flows.get(key).copied())
+    }
+
+    fn global_config(&self) -> Result<GlobalConfig, DataplaneError> {
+        Ok(self.config)
     }
 
     fn backend(&self, id: u32) -> Result<Backend, DataplaneError> {

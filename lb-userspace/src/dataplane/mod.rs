@@ -6,6 +6,7 @@
 //! and in which order — is tested without root.
 
 pub mod kernel;
+pub mod maps;
 pub mod memory;
 pub mod neighbour;
 pub mod pool;
@@ -14,7 +15,9 @@ pub mod select;
 
 use std::net::IpAddr;
 
-use lb_common::{Backend, Counter, ForwardingMode, GlobalConfig, TableChunk, VipInfo, VipKey};
+use lb_common::{
+    Backend, Counter, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, TableChunk, VipInfo, VipKey,
+};
 pub use programmer::{ApplyReport, Programmer};
 
 /// A failed data-plane operation.
@@ -28,6 +31,16 @@ pub enum DataplaneError {
         /// The map's pinned name.
         map: &'static str,
         /// The kernel's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A pinned map could not be opened (no agent ever ran with this pin directory, or
+    /// it was cleaned up).
+    #[error("opening pinned map {path}: {source}")]
+    Pinned {
+        /// The pin's path.
+        path: String,
+        /// aya's error.
         #[source]
         source: aya::maps::MapError,
     },
@@ -91,11 +104,17 @@ pub trait MapOps {
     fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError>;
 }
 
-/// Reading back what is programmed, to adopt the state a previous agent left in pinned
-/// maps (and, later, to explain decisions).
+/// Reading back what is programmed: to adopt the state a previous agent left in pinned
+/// maps, and to explain decisions the way the data plane makes them.
 pub trait MapRead {
     /// Every VIP entry.
     fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>, DataplaneError>;
+    /// One VIP entry, if present.
+    fn vip(&self, key: &VipKey) -> Result<Option<VipInfo>, DataplaneError>;
+    /// A flow's conntrack entry, if present.
+    fn flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError>;
+    /// Node-wide settings (the hash seed).
+    fn global_config(&self) -> Result<GlobalConfig, DataplaneError>;
     /// A backend by id.
     fn backend(&self, id: u32) -> Result<Backend, DataplaneError>;
     /// One entry of the service-backend pool.

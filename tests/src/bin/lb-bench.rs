@@ -175,7 +175,10 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
     let mut total = Duration::ZERO;
     for i in 0..calls {
         if class == Class::NewFlowV4 {
-            rig.dataplane.forget_flow(&key).expect("forget flow");
+            rig.dataplane
+                .maps_mut()
+                .forget_flow(&key)
+                .expect("forget flow");
         }
         if class == Class::NewFlowsV4 {
             // A new source address and port for every call: each packet is a new flow.

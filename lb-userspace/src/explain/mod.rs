@@ -1,0 +1,277 @@
+//! Which backend a flow goes to, and why, computed from the data plane's maps the way
+//! the XDP program decides: VIP lookup (exact port, then all-ports), then conntrack,
+//! then the service's Maglev table. `lbctl explain` prints this; tests hold it against
+//! the kernel's own choice.
+
+use std::net::{IpAddr, SocketAddr};
+
+use lb_common::{FlowKey, ForwardingMode, VipKey, maps::proto};
+use serde::{Deserialize, Serialize};
+
+use crate::dataplane::{
+    DataplaneError, MapRead, addr16, from_addr16,
+    select::{TableChoice, table_choice},
+};
+
+/// A flow as an operator names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    /// `tcp` or `udp`.
+    pub protocol: Protocol,
+    /// Client address and port.
+    pub src: SocketAddr,
+    /// VIP address and port.
+    pub dst: SocketAddr,
+}
+
+/// Transport protocol of a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl Protocol {
+    /// The IP protocol number.
+    pub const fn number(self) -> u8 {
+        match self {
+            Self::Tcp => proto::TCP,
+            Self::Udp => proto::UDP,
+        }
+    }
+
+    /// From an IP protocol number.
+    pub const fn from_number(n: u8) -> Option<Self> {
+        match n {
+            proto::TCP => Some(Self::Tcp),
+            proto::UDP => Some(Self::Udp),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Ok(Self::Tcp),
+            "udp" => Ok(Self::Udp),
+            _ => Err(format!("unknown protocol {s:?}: expected tcp or udp")),
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Tcp => "tcp",
+            Self::Udp => "udp",
+        })
+    }
+}
+
+impl Flow {
+    /// The conntrack key the data plane builds for this flow's packets.
+    pub fn key(&self) -> FlowKey {
+        FlowKey {
+            src: addr16(self.src.ip()),
+            dst: addr16(self.dst.ip()),
+            src_port_be: self.src.port().to_be(),
+            dst_port_be: self.dst.port().to_be(),
+            proto: self.protocol.number(),
+            _pad: 0,
+            _pad2: 0,
+        }
+    }
+
+    /// The flow a conntrack key stands for (`None` for protocols we do not steer).
+    pub fn from_key(key: &FlowKey) -> Option<Self> {
+        Some(Self {
+            protocol: Protocol::from_number(key.proto)?,
+            src: SocketAddr::new(from_addr16(key.src), u16::from_be(key.src_port_be)),
+            dst: SocketAddr::new(from_addr16(key.dst), u16::from_be(key.dst_port_be)),
+        })
+    }
+}
+
+/// The service entry a flow matched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatchedVip {
+    /// `addr:port/proto`, port `*` for an all-ports service.
+    pub vip: String,
+    /// The service's id in the data plane (its counters' index).
+    pub service_id: u32,
+    /// `dsr`, `nat` or `l7`.
+    pub mode: String,
+}
+
+/// What the data plane does with a flow's next packet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Decision {
+    /// No service has this address, port and protocol: passed to the kernel stack.
+    NotAVip,
+    /// An `l7` service: passed to the stack, where lbd's HTTP proxy answers.
+    PassL7,
+    /// The flow is established: conntrack pins it to a backend, whatever the table
+    /// says now.
+    Conntrack {
+        /// The backend.
+        backend: IpAddr,
+        /// Its id.
+        backend_id: u32,
+        /// The service that admitted the flow.
+        admitted_by_service: u32,
+        /// `nat` mode: the node's source port for the flow.
+        nat_port: Option<u16>,
+    },
+    /// A new flow: the seeded 5-tuple hash selects a slot of the service's table.
+    Table {
+        /// The backend.
+        backend: IpAddr,
+        /// Its id.
+        backend_id: u32,
+        /// The flow hash.
+        hash: u32,
+        /// `hash % table_size`.
+        slot: u32,
+        /// The table size (a prime).
+        table_size: u32,
+        /// The slot's index into the service's backend list.
+        list_index: u32,
+        /// Backends in the list.
+        list_len: u32,
+    },
+    /// The service has no usable backend: new flows are dropped.
+    NoBackend,
+}
+
+/// A flow, the service it matched and the decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// The flow asked about.
+    pub flow: Flow,
+    /// The matched service, if any.
+    pub service: Option<MatchedVip>,
+    /// The decision.
+    #[serde(flatten)]
+    pub decision: Decision,
+}
+
+impl Explanation {
+    /// The backend the flow goes to, if any.
+    pub fn backend(&self) -> Option<IpAddr> {
+        match self.decision {
+            Decision::Conntrack { backend, .. } | Decision::Table { backend, .. } => Some(backend),
+            _ => None,
+        }
+    }
+}
+
+/// Explains `flow` from the maps behind `maps`.
+///
+/// # Errors
+/// A map read failed.
+pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, DataplaneError> {
+    let key = flow.key();
+    let mut vip_key = VipKey {
+        addr: key.dst,
+        port_be: key.dst_port_be,
+        proto: key.proto,
+        _pad: 0,
+        _pad2: 0,
+    };
+    let info = match maps.vip(&vip_key)? {
+        Some(info) => Some(info),
+        None => {
+            vip_key.port_be = 0;
+            maps.vip(&vip_key)?
+        }
+    };
+    let Some(info) = info else {
+        return Ok(Explanation {
+            flow,
+            service: None,
+            decision: Decision::NotAVip,
+        });
+    };
+    let mode = ForwardingMode::from_u32(info.mode);
+    let service = Some(MatchedVip {
+        vip: vip_text(&vip_key),
+        service_id: info.service_id,
+        mode: mode_name(mode).to_owned(),
+    });
+    let decision = if mode == Some(ForwardingMode::L7) {
+        Decision::PassL7
+    } else if let Some(entry) = maps.flow(&key)? {
+        Decision::Conntrack {
+            backend: from_addr16(maps.backend(entry.backend_id)?.addr),
+            backend_id: entry.backend_id,
+            admitted_by_service: entry.service_id,
+            nat_port: (entry.nat_port_be != 0).then(|| u16::from_be(entry.nat_port_be)),
+        }
+    } else {
+        let seed = maps.global_config()?.hash_seed;
+        let choice = table_choice(
+            &info,
+            seed,
+            &key,
+            |i| maps.list_entry(i).ok(),
+            |c| maps.table_chunk(c).ok(),
+        );
+        match choice {
+            Some(TableChoice {
+                hash,
+                slot,
+                list_index,
+                backend_id,
+            }) => Decision::Table {
+                backend: from_addr16(maps.backend(backend_id)?.addr),
+                backend_id,
+                hash,
+                slot,
+                table_size: info.table_size,
+                list_index,
+                list_len: info.list_len,
+            },
+            None => Decision::NoBackend,
+        }
+    };
+    Ok(Explanation {
+        flow,
+        service,
+        decision,
+    })
+}
+
+/// `addr:port/proto` of a VIP key (`[v6]:port/proto`; port `*` for all ports).
+pub fn vip_text(key: &VipKey) -> String {
+    let addr = from_addr16(key.addr);
+    let port = match u16::from_be(key.port_be) {
+        0 => "*".to_owned(),
+        p => p.to_string(),
+    };
+    let proto =
+        Protocol::from_number(key.proto).map_or_else(|| key.proto.to_string(), |p| p.to_string());
+    match addr {
+        IpAddr::V4(a) => format!("{a}:{port}/{proto}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}/{proto}"),
+    }
+}
+
+/// Name of a forwarding mode as the config spells it.
+pub fn mode_name(mode: Option<ForwardingMode>) -> &'static str {
+    match mode {
+        Some(ForwardingMode::Dsr) => "dsr",
+        Some(ForwardingMode::Nat) => "nat",
+        Some(ForwardingMode::L7) => "l7",
+        None => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests;
