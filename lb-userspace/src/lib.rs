@@ -1,6 +1,7 @@
 //! The control plane of the load balancer: configuration, programming the XDP data
 //! plane, and the agent loop. `lbd` and `lbctl` are thin binaries over this library.
 
+pub mod admin;
 pub mod agent;
 pub mod bpffs;
 pub mod config;

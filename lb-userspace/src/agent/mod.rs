@@ -11,6 +11,7 @@ use std::{
 use lb_common::Counter;
 
 use crate::{
+    admin::{Histogram, ReconcileRecord},
     bpffs,
     config::ValidConfig,
     dataplane::{
@@ -25,6 +26,7 @@ use crate::{
 };
 
 mod specs;
+mod views;
 
 pub use specs::{
     BackendHealth, HealthMap, global_config, service_specs, service_specs_with, specs_at,
@@ -101,6 +103,9 @@ pub struct Agent {
     slices: Option<SliceDir>,
     /// What the slices currently say.
     discovered: Discovered,
+    /// Reconciles so far, their latency and the latest outcome.
+    reconciles: Histogram,
+    last_reconcile: Option<ReconcileRecord>,
 }
 
 impl Agent {
@@ -150,7 +155,10 @@ impl Agent {
             SystemTime::now(),
         );
         save_starts(&mut starts);
+        let began = Instant::now();
         programmer.apply(&mut dataplane, &specs, Instant::now())?;
+        let mut reconciles = Histogram::default();
+        let first = record("start", began, None, &mut reconciles);
         for addr in dsr_backends(&specs) {
             neighbour::ensure_managed(ifindex, addr).map_err(|source| AgentError::Neighbour {
                 addr,
@@ -186,6 +194,8 @@ impl Agent {
             health: HealthMap::new(),
             slices,
             discovered,
+            reconciles,
+            last_reconcile: Some(first),
         })
     }
 
@@ -214,7 +224,7 @@ impl Agent {
             SystemTime::now(),
         );
         save_starts(&mut self.starts);
-        let report = self.reprogram(specs, fading)?;
+        let report = self.reprogram(specs, fading, "reload")?;
         self.config = config;
         Ok(report)
     }
@@ -235,7 +245,7 @@ impl Agent {
                 .unwrap_or_default();
             let (specs, fading) = self.specs_now(now);
             save_starts(&mut self.starts);
-            let report = self.reprogram(specs, fading)?;
+            let report = self.reprogram(specs, fading, "endpointslices")?;
             log::info!(
                 "EndpointSlices changed: {} services reprogrammed, {} unchanged",
                 report.programmed,
@@ -254,15 +264,30 @@ impl Agent {
             self.fading = fading;
             return Ok(rebuilt);
         }
-        self.reprogram(specs, fading)?;
+        self.reprogram(specs, fading, "fade-in")?;
         self.fade_rebuilds += 1;
         Ok(true)
     }
 
-    /// Programs `specs`: keeps new backends' neighbours resolved, enables IPv6
-    /// forwarding if IPv6 VIPs appeared, applies, and remembers backends that left (their
-    /// flows drain, so their neighbour entries stay until shutdown).
+    /// Programs `specs` (see [`Agent::reprogram_now`]) and records the reconcile's
+    /// latency and outcome under `trigger`.
     fn reprogram(
+        &mut self,
+        specs: Vec<ServiceSpec>,
+        fading: bool,
+        trigger: &'static str,
+    ) -> Result<ApplyReport, AgentError> {
+        let began = Instant::now();
+        let result = self.reprogram_now(specs, fading);
+        let error = result.as_ref().err().map(ToString::to_string);
+        self.last_reconcile = Some(record(trigger, began, error, &mut self.reconciles));
+        result
+    }
+
+    /// Keeps new backends' neighbours resolved, enables IPv6 forwarding if IPv6 VIPs
+    /// appeared, applies, and remembers backends that left (their flows drain, so their
+    /// neighbour entries stay until shutdown).
+    fn reprogram_now(
         &mut self,
         specs: Vec<ServiceSpec>,
         fading: bool,
@@ -371,7 +396,7 @@ impl Agent {
             log::warn!("{service}: backend {backend} is unhealthy ({why}): no new flows");
         }
         let (specs, fading) = self.specs_now(now);
-        self.reprogram(specs, fading)?;
+        self.reprogram(specs, fading, "health")?;
         Ok(true)
     }
 
@@ -406,10 +431,17 @@ impl Agent {
     /// # Errors
     /// A map read failed.
     pub fn counters(&self) -> Result<Vec<(Counter, u64)>, DataplaneError> {
-        Counter::ALL
-            .iter()
-            .map(|&c| Ok((c, self.dataplane.counter(c)?)))
-            .collect()
+        self.dataplane.maps().counters()
+    }
+
+    /// Latency histogram of every reconcile so far.
+    pub fn reconciles(&self) -> &Histogram {
+        &self.reconciles
+    }
+
+    /// The latest reconcile's outcome.
+    pub fn last_reconcile(&self) -> Option<&ReconcileRecord> {
+        self.last_reconcile.as_ref()
     }
 
     /// The config this agent runs.
@@ -494,6 +526,25 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
         }
     }
     Ok(())
+}
+
+/// Counts a reconcile that began at `began` into `histogram` and describes it.
+fn record(
+    trigger: &str,
+    began: Instant,
+    error: Option<String>,
+    histogram: &mut Histogram,
+) -> ReconcileRecord {
+    let took = began.elapsed().as_secs_f64();
+    histogram.observe(took);
+    ReconcileRecord {
+        trigger: trigger.to_owned(),
+        finished_unix: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        duration_seconds: took,
+        error,
+    }
 }
 
 fn save_starts(starts: &mut FadeStarts) {

@@ -1,10 +1,14 @@
 //! `lbd`: the load-balancer node agent.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
-use lb_userspace::{agent::Agent, config};
+use lb_userspace::{
+    admin::{answer::Meta, server},
+    agent::Agent,
+    config,
+};
 
 /// Load-balancer node agent: steers VIP traffic to backends with XDP.
 #[derive(Debug, Parser)]
@@ -57,7 +61,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         node.xdp_mode,
         agent.config().services.len()
     );
-    let stop = run_until_shutdown(&mut agent, &args.config)?;
+    let stop = run_until_shutdown(&mut agent, &args.config, Instant::now())?;
     log_counters(&agent);
     match stop {
         Stop::LeaveRunning => agent.leave_running().context("stopping")?,
@@ -96,8 +100,13 @@ enum Stop {
 
 /// Serves signals until SIGINT or SIGTERM: SIGHUP — or an edit of the config file,
 /// checked every second — reloads the config. A config that fails to load or apply is
-/// reported and the running state is kept.
-fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Result<Stop> {
+/// reported and the running state is kept. Admin and metrics queries are answered
+/// here, between the other events, from the agent's current state.
+fn run_until_shutdown(
+    agent: &mut Agent,
+    path: &std::path::Path,
+    started: Instant,
+) -> anyhow::Result<Stop> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -113,13 +122,23 @@ fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Resu
         let mut prober = lb_userspace::health::Prober::default();
         prober.sync(agent.probe_targets(), &reports);
         let mut file = FileStamp::of(path);
+        let mut meta = Meta {
+            started,
+            config_path: path.display().to_string(),
+            generation: 1,
+        };
+        let (queries, mut asked) = tokio::sync::mpsc::channel(64);
+        let _socket = serve_admin(agent, queries).await;
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
                 _ = int.recv() => return Ok(Stop::TearDown),
                 _ = hup.recv() => {
-                    reload(agent, path);
+                    meta.generation += u64::from(reload(agent, path));
                     prober.sync(agent.probe_targets(), &reports);
+                }
+                Some((query, reply)) = asked.recv() => {
+                    let _ = reply.send(lb_userspace::admin::answer::answer(agent, &meta, &query));
                 }
                 Some((service, backend, outcome)) = results.recv() => {
                     if let Err(err) = agent.observe(&service, backend, &outcome, std::time::SystemTime::now()) {
@@ -135,7 +154,7 @@ fn run_until_shutdown(agent: &mut Agent, path: &std::path::Path) -> anyhow::Resu
                     if now != file {
                         file = now;
                         log::info!("{} changed", path.display());
-                        reload(agent, path);
+                        meta.generation += u64::from(reload(agent, path));
                         prober.sync(agent.probe_targets(), &reports);
                     }
                 }
@@ -159,22 +178,64 @@ impl FileStamp {
     }
 }
 
-fn reload(agent: &mut Agent, path: &std::path::Path) {
+/// Starts the admin socket and the metrics listener the node settings ask for. Either
+/// failing is reported and lbd runs on without it: the data plane matters more.
+async fn serve_admin(agent: &Agent, queries: server::Queries) -> Option<server::AdminSocket> {
+    let node = &agent.config().node;
+    if !node.metrics_address.is_empty() {
+        let addr = node.metrics_address.parse();
+        match addr {
+            Ok(addr) => match server::serve_metrics(addr, queries.clone()).await {
+                Ok(local) => log::info!("serving Prometheus metrics on http://{local}/metrics"),
+                Err(e) => log::error!(
+                    "metrics on {addr} (node.metrics_address): {e}; not serving metrics"
+                ),
+            },
+            Err(e) => log::error!("node.metrics_address: {e}"),
+        }
+    }
+    if node.admin_socket.is_empty() {
+        return None;
+    }
+    let path = std::path::Path::new(&node.admin_socket);
+    match server::serve_unix(path, queries) {
+        Ok(socket) => {
+            log::info!("admin API on {}", path.display());
+            Some(socket)
+        }
+        Err(e) => {
+            log::error!(
+                "admin socket {} (node.admin_socket): {e}; lbctl cannot reach this lbd",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Reloads the config file; returns whether a new config was loaded and applied.
+fn reload(agent: &mut Agent, path: &std::path::Path) -> bool {
     let config = match config::load(path) {
         Ok(config) => config,
         Err(err) => {
             log::error!("reload rejected, keeping the running config: {err}");
-            return;
+            return false;
         }
     };
     match agent.reload(config) {
-        Ok(report) => log::info!(
-            "reloaded {}: {} services programmed, {} unchanged, {} removed",
-            path.display(),
-            report.programmed,
-            report.unchanged,
-            report.removed
-        ),
-        Err(err) => log::error!("reload failed part-way, will retry on the next SIGHUP: {err}"),
+        Ok(report) => {
+            log::info!(
+                "reloaded {}: {} services programmed, {} unchanged, {} removed",
+                path.display(),
+                report.programmed,
+                report.unchanged,
+                report.removed
+            );
+            true
+        }
+        Err(err) => {
+            log::error!("reload failed part-way, will retry on the next SIGHUP: {err}");
+            false
+        }
     }
 }

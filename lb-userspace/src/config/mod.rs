@@ -265,6 +265,13 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
             ),
         ));
     }
+    let metrics = &raw.node.metrics_address;
+    if !metrics.is_empty() && metrics.parse::<std::net::SocketAddr>().is_err() {
+        return Err(node_invalid(
+            "metrics_address",
+            format!("{metrics:?} is not an address:port such as 127.0.0.1:9470"),
+        ));
+    }
     if services.len() > lb_common::maps::MAX_SERVICES as usize {
         return Err(ConfigError::Invalid {
             file: file.to_owned(),

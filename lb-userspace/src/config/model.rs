@@ -56,6 +56,22 @@ pub struct NodeConfig {
     /// `endpoint_slices`. Empty (the default) means none.
     #[serde(default)]
     pub endpointslice_dir: String,
+    /// Unix socket of the admin API that `lbctl` talks to (JSON over HTTP, mode 0600,
+    /// default `/run/lbd/admin.sock`). An empty string disables it.
+    #[serde(default = "default_admin_socket")]
+    pub admin_socket: String,
+    /// Where Prometheus scrapes `/metrics` (default `127.0.0.1:9470`; keep it on a
+    /// loopback or management address). An empty string disables it.
+    #[serde(default = "default_metrics_address")]
+    pub metrics_address: String,
+}
+
+fn default_admin_socket() -> String {
+    "/run/lbd/admin.sock".into()
+}
+
+fn default_metrics_address() -> String {
+    "127.0.0.1:9470".into()
 }
 
 fn default_state_dir() -> String {

@@ -300,3 +300,25 @@ fn endpoint_slices_settings() {
     );
     assert!(err(&both).contains("use either backends or endpoint_slices"));
 }
+
+#[test]
+fn admin_socket_and_metrics_defaults_and_errors() {
+    let cfg = parse(GOOD, "lbd.toml").expect("valid");
+    assert_eq!(cfg.node.admin_socket, "/run/lbd/admin.sock");
+    assert_eq!(cfg.node.metrics_address, "127.0.0.1:9470");
+    let off = GOOD.replace(
+        "xdp_mode = \"generic\"",
+        "xdp_mode = \"generic\"\nadmin_socket = \"\"\nmetrics_address = \"\"",
+    );
+    let cfg = parse(&off, "lbd.toml").expect("valid");
+    assert!(cfg.node.admin_socket.is_empty() && cfg.node.metrics_address.is_empty());
+    let bad = GOOD.replace(
+        "xdp_mode = \"generic\"",
+        "xdp_mode = \"generic\"\nmetrics_address = \"localhost\"",
+    );
+    assert!(
+        err(&bad).contains("node.metrics_address: \"localhost\" is not an address:port"),
+        "{}",
+        err(&bad)
+    );
+}

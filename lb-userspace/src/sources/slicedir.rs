@@ -23,6 +23,10 @@ type Stamp = (SystemTime, u64);
 pub struct SliceDir {
     dir: PathBuf,
     files: BTreeMap<PathBuf, (Stamp, Parsed)>,
+    /// Files whose current content was rejected, with why (for `lbctl status`).
+    rejected: BTreeMap<PathBuf, String>,
+    /// Why the directory itself could not be read at the last scan.
+    unreadable: Option<String>,
 }
 
 /// Backends and creation times discovered from slices.
@@ -41,6 +45,8 @@ impl SliceDir {
         Self {
             dir: dir.into(),
             files: BTreeMap::new(),
+            rejected: BTreeMap::new(),
+            unreadable: None,
         }
     }
 
@@ -53,9 +59,11 @@ impl SliceDir {
                     "{}: cannot read the EndpointSlice directory: {e}",
                     self.dir.display()
                 );
+                self.unreadable = Some(e.to_string());
                 return false;
             }
         };
+        self.unreadable = None;
         let mut seen = std::collections::HashSet::new();
         // One buffer for every file of the scan: a cold start reads thousands.
         let mut text = String::new();
@@ -90,11 +98,13 @@ impl SliceDir {
                             ignored.reason
                         );
                     }
+                    self.rejected.remove(&path);
                     self.files.insert(path, (stamp, parsed));
                     changed = true;
                 }
                 Err(e) => {
                     log::error!("{}: {e} (keeping what it held before)", path.display());
+                    self.rejected.insert(path.clone(), e);
                     // Remember the stamp so the same broken content is reported once.
                     let previous = self.files.remove(&path).map(|(_, p)| p).unwrap_or_default();
                     self.files.insert(path, (stamp, previous));
@@ -103,7 +113,22 @@ impl SliceDir {
         }
         let before = self.files.len();
         self.files.retain(|path, _| seen.contains(path));
+        self.rejected.retain(|path, _| seen.contains(path));
         changed | (self.files.len() != before)
+    }
+
+    /// What is wrong with the directory now, if anything: unreadable, or files whose
+    /// current content was rejected (their last good content stays in use).
+    pub fn problem(&self) -> Option<String> {
+        if let Some(e) = &self.unreadable {
+            return Some(format!("unreadable: {e}"));
+        }
+        let (path, why) = self.rejected.iter().next()?;
+        let more = match self.rejected.len() {
+            1 => String::new(),
+            n => format!(" (and {} more files)", n - 1),
+        };
+        Some(format!("rejected {}: {why}{more}", path.display()))
     }
 
     /// Every slice currently held.

@@ -1,0 +1,81 @@
+//! Answering admin queries from the agent's state (called by lbd's main loop).
+
+use std::time::Instant;
+
+use super::{
+    Status,
+    metrics::{self, Snapshot},
+    server::{Query, Reply},
+};
+use crate::{agent::Agent, config::XdpMode, dataplane::DataplaneError};
+
+/// What lbd knows about itself beyond the agent.
+#[derive(Clone, Debug)]
+pub struct Meta {
+    /// When lbd started.
+    pub started: Instant,
+    /// The config file.
+    pub config_path: String,
+    /// Successful config loads so far.
+    pub generation: u64,
+}
+
+/// The reply to `query`. Map read failures become a 500 that says which read failed.
+pub fn answer(agent: &Agent, meta: &Meta, query: &Query) -> Reply {
+    let result = match query {
+        Query::Status => status(agent, meta).map(Reply::json),
+        Query::Services => agent.service_views().map(Reply::json),
+        Query::Backends(Some(name)) if !agent.config().services.iter().any(|s| &s.name == name) => {
+            Ok(Reply::error(404, format!("no service named {name:?}")))
+        }
+        Query::Backends(service) => agent.backend_views(service.as_deref()).map(Reply::json),
+        Query::Metrics => metrics_text(agent, meta),
+    };
+    result.unwrap_or_else(|e| Reply::error(500, format!("reading the data plane: {e}")))
+}
+
+/// `GET /v1/status`.
+///
+/// # Errors
+/// A map read failed.
+pub fn status(agent: &Agent, meta: &Meta) -> Result<Status, DataplaneError> {
+    let node = &agent.config().node;
+    Ok(Status {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        pid: std::process::id(),
+        uptime_seconds: meta.started.elapsed().as_secs_f64(),
+        config_path: meta.config_path.clone(),
+        config_generation: meta.generation,
+        interface: node.interface.clone(),
+        xdp_mode: match node.xdp_mode {
+            XdpMode::Native => "native",
+            XdpMode::Generic => "generic",
+        }
+        .to_owned(),
+        pin_path: node.pin_path.clone(),
+        services: agent.config().services.len(),
+        sources: agent.sources(&meta.config_path),
+        reconciles: agent.reconciles().count,
+        last_reconcile: agent.last_reconcile().cloned(),
+        fade_in_rebuilds: agent.fade_rebuilds(),
+        conntrack_entries: agent.dataplane().maps().flow_count() as u64,
+    })
+}
+
+fn metrics_text(agent: &Agent, meta: &Meta) -> Result<Reply, DataplaneError> {
+    let status = status(agent, meta)?;
+    let backends = agent.backend_views(None)?;
+    let services = agent.service_views_with(&backends)?;
+    let counters = agent.counters()?;
+    Ok(Reply {
+        status: 200,
+        content_type: metrics::CONTENT_TYPE,
+        body: metrics::render(&Snapshot {
+            status: &status,
+            services: &services,
+            backends: &backends,
+            counters: &counters,
+            reconciles: agent.reconciles(),
+        }),
+    })
+}

@@ -1,0 +1,355 @@
+//! Prometheus text exposition (format 0.0.4) of what the agent and the data plane
+//! count. Names follow Prometheus conventions: `lbd_` prefix, `_total` for counters,
+//! base units (seconds, bytes), labels `service`, `vip`, `backend`, `verdict`,
+//! `reason`.
+
+use std::fmt::Write as _;
+
+use lb_common::Counter;
+
+use super::{BackendView, Histogram, ServiceView, Status};
+
+/// Everything one scrape shows.
+#[derive(Debug)]
+pub struct Snapshot<'a> {
+    /// Agent status.
+    pub status: &'a Status,
+    /// Services with their counters.
+    pub services: &'a [ServiceView],
+    /// Backends with their counters, weights and health.
+    pub backends: &'a [BackendView],
+    /// Global data-plane counters summed over CPUs.
+    pub counters: &'a [(Counter, u64)],
+    /// Reconcile latencies.
+    pub reconciles: &'a Histogram,
+}
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Renders a scrape.
+pub fn render(s: &Snapshot<'_>) -> String {
+    let mut out = String::with_capacity(4096 + 600 * s.backends.len());
+    let o = &mut out;
+    family(o, "lbd_build_info", "gauge", "lbd's version (always 1).");
+    sample(o, "lbd_build_info", &[("version", &s.status.version)], 1.0);
+    let started = now_unix() - s.status.uptime_seconds;
+    gauge(
+        o,
+        "lbd_start_time_seconds",
+        "When lbd started, seconds since the Unix epoch.",
+        started,
+    );
+    gauge(
+        o,
+        "lbd_config_generation",
+        "Successful config loads since lbd started.",
+        s.status.config_generation as f64,
+    );
+    family(
+        o,
+        "lbd_source_up",
+        "gauge",
+        "Whether a source of services or endpoints reads cleanly (1) or not (0).",
+    );
+    for src in &s.status.sources {
+        let up = if src.state == "ok" { 1.0 } else { 0.0 };
+        sample(
+            o,
+            "lbd_source_up",
+            &[("kind", &src.kind), ("location", &src.location)],
+            up,
+        );
+    }
+
+    family(
+        o,
+        "lbd_xdp_packets_total",
+        "counter",
+        "Packets the XDP program saw.",
+    );
+    family(
+        o,
+        "lbd_xdp_verdicts_total",
+        "counter",
+        "Packets by XDP verdict (pass, tx, redirect, drop) and reason.",
+    );
+    for &(c, v) in s.counters {
+        if c == Counter::Packets {
+            sample(o, "lbd_xdp_packets_total", &[], v as f64);
+        } else {
+            let (verdict, reason) = verdict_reason(c);
+            sample(
+                o,
+                "lbd_xdp_verdicts_total",
+                &[("verdict", verdict), ("reason", reason)],
+                v as f64,
+            );
+        }
+    }
+    gauge(
+        o,
+        "lbd_conntrack_entries",
+        "Flows in the connection-tracking table.",
+        s.status.conntrack_entries as f64,
+    );
+
+    let per_vip: [(&str, &str, fn(&ServiceView) -> u64); 3] = [
+        (
+            "lbd_vip_packets_total",
+            "Packets forwarded for a VIP.",
+            |v| v.packets,
+        ),
+        (
+            "lbd_vip_bytes_total",
+            "Bytes forwarded for a VIP, link-layer header included.",
+            |v| v.bytes,
+        ),
+        (
+            "lbd_vip_new_flows_total",
+            "Flows admitted for a VIP.",
+            |v| v.new_flows,
+        ),
+    ];
+    for (name, help, get) in per_vip {
+        family(o, name, "counter", help);
+        for v in s.services {
+            sample(
+                o,
+                name,
+                &[("service", &v.name), ("vip", &v.vip)],
+                get(v) as f64,
+            );
+        }
+    }
+    family(
+        o,
+        "lbd_table_size",
+        "gauge",
+        "Maglev table size of a service (0: no usable backend).",
+    );
+    for v in s.services {
+        sample(
+            o,
+            "lbd_table_size",
+            &[("service", &v.name), ("vip", &v.vip)],
+            f64::from(v.table_size),
+        );
+    }
+    family(
+        o,
+        "lbd_table_info",
+        "gauge",
+        "The digest of a service's live table (always 1); equal on nodes with equal input.",
+    );
+    for v in s.services {
+        let labels = [
+            ("service", v.name.as_str()),
+            ("vip", &v.vip),
+            ("digest", &v.table_digest),
+        ];
+        sample(o, "lbd_table_info", &labels, 1.0);
+    }
+
+    let vip_of = |service: &str| {
+        s.services
+            .iter()
+            .find(|v| v.name == service)
+            .map_or("", |v| v.vip.as_str())
+    };
+    let per_backend: [(&str, &str, &str, fn(&BackendView) -> f64); 7] = [
+        (
+            "lbd_backend_packets_total",
+            "counter",
+            "Packets forwarded to a backend.",
+            |b| b.packets as f64,
+        ),
+        (
+            "lbd_backend_bytes_total",
+            "counter",
+            "Bytes forwarded to a backend.",
+            |b| b.bytes as f64,
+        ),
+        (
+            "lbd_backend_new_flows_total",
+            "counter",
+            "Flows admitted to a backend.",
+            |b| b.new_flows as f64,
+        ),
+        (
+            "lbd_backend_flows",
+            "gauge",
+            "Conntrack entries pinned to a backend.",
+            |b| b.flows as f64,
+        ),
+        (
+            "lbd_backend_weight",
+            "gauge",
+            "Configured weight of a backend (0: draining).",
+            |b| f64::from(b.weight),
+        ),
+        (
+            "lbd_backend_effective_weight",
+            "gauge",
+            "Weight the table is built with (fade-in and health applied).",
+            |b| b.effective_weight,
+        ),
+        (
+            "lbd_backend_fade_in_ratio",
+            "gauge",
+            "Effective over configured weight, 0 to 1 (1: settled).",
+            |b| b.fade_in_percent / 100.0,
+        ),
+    ];
+    for (name, kind, help, get) in per_backend {
+        family(o, name, kind, help);
+        for b in s.backends {
+            let addr = b.address.to_string();
+            let labels = [
+                ("service", b.service.as_str()),
+                ("vip", vip_of(&b.service)),
+                ("backend", &addr),
+            ];
+            sample(o, name, &labels, get(b));
+        }
+    }
+    family(
+        o,
+        "lbd_backend_healthy",
+        "gauge",
+        "Health-check state of a checked backend (1 healthy, 0 unhealthy).",
+    );
+    for b in s.backends.iter().filter(|b| b.health != "unchecked") {
+        let addr = b.address.to_string();
+        let labels = [
+            ("service", b.service.as_str()),
+            ("vip", vip_of(&b.service)),
+            ("backend", &addr),
+        ];
+        sample(
+            o,
+            "lbd_backend_healthy",
+            &labels,
+            if b.health == "healthy" { 1.0 } else { 0.0 },
+        );
+    }
+
+    family(
+        o,
+        "lbd_reconciles_total",
+        "counter",
+        "Data-plane reconciles (start, reload, slices, health, fade-in).",
+    );
+    sample(o, "lbd_reconciles_total", &[], s.reconciles.count as f64);
+    let ok = s
+        .status
+        .last_reconcile
+        .as_ref()
+        .is_none_or(|r| r.error.is_none());
+    gauge(
+        o,
+        "lbd_last_reconcile_success",
+        "Whether the latest reconcile succeeded (1) or failed (0).",
+        if ok { 1.0 } else { 0.0 },
+    );
+    family(
+        o,
+        "lbd_reconcile_duration_seconds",
+        "histogram",
+        "Time to compute and program a reconcile.",
+    );
+    for (bound, count) in s.reconciles.cumulative() {
+        let le = bound.to_string();
+        sample(
+            o,
+            "lbd_reconcile_duration_seconds_bucket",
+            &[("le", &le)],
+            count as f64,
+        );
+    }
+    let count = s.reconciles.count as f64;
+    sample(
+        o,
+        "lbd_reconcile_duration_seconds_bucket",
+        &[("le", "+Inf")],
+        count,
+    );
+    sample(
+        o,
+        "lbd_reconcile_duration_seconds_sum",
+        &[],
+        s.reconciles.sum,
+    );
+    sample(o, "lbd_reconcile_duration_seconds_count", &[], count);
+    family(
+        o,
+        "lbd_fade_in_rebuilds_total",
+        "counter",
+        "Table rebuilds done because a fade-in ramp moved weights.",
+    );
+    sample(
+        o,
+        "lbd_fade_in_rebuilds_total",
+        &[],
+        s.status.fade_in_rebuilds as f64,
+    );
+    out
+}
+
+/// Splits a counter's name into verdict and reason: `drop_no_route` → (`drop`,
+/// `no_route`); plain `tx` and `redirect` are forwarded packets.
+pub fn verdict_reason(c: Counter) -> (&'static str, &'static str) {
+    let name = c.name();
+    match name.split_once('_') {
+        Some((verdict, reason)) => (verdict, reason),
+        None => (name, "forwarded"),
+    }
+}
+
+fn family(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn gauge(o: &mut String, name: &str, help: &str, value: f64) {
+    family(o, name, "gauge", help);
+    sample(o, name, &[], value);
+}
+
+fn sample(o: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    o.push_str(name);
+    if !labels.is_empty() {
+        o.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            o.push_str(k);
+            o.push_str("=\"");
+            escape_label(o, v);
+            o.push('"');
+        }
+        o.push('}');
+    }
+    let _ = writeln!(o, " {value}");
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape_label(o: &mut String, v: &str) {
+    for ch in v.chars() {
+        match ch {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+}
+
+fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests;
