@@ -24,6 +24,9 @@ pub struct Snapshot<'a> {
     pub reconciles: &'a Histogram,
 }
 
+/// A metric family drawn from a view: name, type, help, value.
+type Column<V> = (&'static str, &'static str, &'static str, fn(&V) -> f64);
+
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -157,7 +160,7 @@ pub fn render(s: &Snapshot<'_>) -> String {
             .find(|v| v.name == service)
             .map_or("", |v| v.vip.as_str())
     };
-    let per_backend: [(&str, &str, &str, fn(&BackendView) -> f64); 7] = [
+    let per_backend: [Column<BackendView>; 7] = [
         (
             "lbd_backend_packets_total",
             "counter",
