@@ -97,32 +97,30 @@ pub fn render(s: &Snapshot<'_>) -> String {
         s.status.conntrack_entries as f64,
     );
 
-    let per_vip: [(&str, &str, fn(&ServiceView) -> u64); 3] = [
+    let per_vip: [Column<ServiceView>; 3] = [
         (
             "lbd_vip_packets_total",
+            "counter",
             "Packets forwarded for a VIP.",
-            |v| v.packets,
+            |v| v.packets as f64,
         ),
         (
             "lbd_vip_bytes_total",
+            "counter",
             "Bytes forwarded for a VIP, link-layer header included.",
-            |v| v.bytes,
+            |v| v.bytes as f64,
         ),
         (
             "lbd_vip_new_flows_total",
+            "counter",
             "Flows admitted for a VIP.",
-            |v| v.new_flows,
+            |v| v.new_flows as f64,
         ),
     ];
-    for (name, help, get) in per_vip {
-        family(o, name, "counter", help);
+    for (name, kind, help, get) in per_vip {
+        family(o, name, kind, help);
         for v in s.services {
-            sample(
-                o,
-                name,
-                &[("service", &v.name), ("vip", &v.vip)],
-                get(v) as f64,
-            );
+            sample(o, name, &[("service", &v.name), ("vip", &v.vip)], get(v));
         }
     }
     family(
