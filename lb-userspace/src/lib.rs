@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod agent;
 pub mod bpffs;
+pub mod cli;
 pub mod config;
 pub mod dataplane;
 pub mod explain;

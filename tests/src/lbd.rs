@@ -11,8 +11,19 @@ use crate::Netns;
 
 /// Path of the `lbd` binary: `$LBD_BIN`, else the workspace's debug build.
 pub fn lbd_binary() -> PathBuf {
-    let path = std::env::var_os("LBD_BIN")
-        .map_or_else(|| crate::target_dir().join("debug/lbd"), PathBuf::from);
+    binary("LBD_BIN", "lbd")
+}
+
+/// Path of the `lbctl` binary: `$LBCTL_BIN`, else the workspace's debug build.
+pub fn lbctl_binary() -> PathBuf {
+    binary("LBCTL_BIN", "lbctl")
+}
+
+fn binary(var: &str, name: &str) -> PathBuf {
+    let path = std::env::var_os(var).map_or_else(
+        || crate::target_dir().join("debug").join(name),
+        PathBuf::from,
+    );
     assert!(
         path.exists(),
         "{} not found: build it first (`cargo build -p lb-userspace`) or run `cargo xtask test`",
@@ -73,6 +84,44 @@ impl LbdProcess {
         self.bpffs.path().join("lb")
     }
 
+    /// lbd's admin socket.
+    pub fn admin_socket(&self) -> PathBuf {
+        self._dir.path().join("admin.sock")
+    }
+
+    /// Runs `lbctl` against this lbd (its socket and pin directory) with `args`;
+    /// returns the exit code, stdout and stderr.
+    pub fn lbctl(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = Command::new(lbctl_binary())
+            .arg("--socket")
+            .arg(self.admin_socket())
+            .arg("--pin-path")
+            .arg(self.pin_dir())
+            .args(args)
+            .output()
+            .expect("run lbctl");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs `lbctl -o json <args>`, requires success and parses the output.
+    pub fn lbctl_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = vec!["-o", "json"];
+        full.extend_from_slice(args);
+        let (code, out, err) = self.lbctl(&full);
+        assert_eq!(code, Some(0), "lbctl {args:?} failed: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("lbctl {args:?}: {e}: {out}"))
+    }
+
+    /// Stops lbd with SIGTERM, which leaves the pinned data plane forwarding without
+    /// an agent; returns the exit code.
+    pub fn stop_leaving_running(&mut self) -> Option<i32> {
+        self.signal_and_wait(libc::SIGTERM)
+    }
+
     /// lbd's state directory (fade-in start times).
     pub fn state_dir(&self) -> PathBuf {
         self._dir.path().join("state")
@@ -82,9 +131,10 @@ impl LbdProcess {
         let pinned = config.replacen(
             "[node]\n",
             &format!(
-                "[node]\npin_path = \"{}\"\nstate_dir = \"{}\"\n",
+                "[node]\npin_path = \"{}\"\nstate_dir = \"{}\"\nadmin_socket = \"{}\"\n",
                 self.pin_dir().display(),
-                self.state_dir().display()
+                self.state_dir().display(),
+                self.admin_socket().display()
             ),
             1,
         );

@@ -1,0 +1,59 @@
+//! `lbctl status`.
+
+use super::{Context, Outcome};
+use crate::admin::Status;
+
+/// Prints lbd's status.
+pub fn run(ctx: &Context) -> Outcome {
+    let s: Status = ctx.get("/v1/status")?;
+    ctx.print(&s, || {
+        let last = s.last_reconcile.as_ref().map_or_else(
+            || "none".to_owned(),
+            |r| {
+                let outcome = r
+                    .error
+                    .as_deref()
+                    .map_or_else(|| "ok".to_owned(), |e| format!("FAILED: {e}"));
+                format!(
+                    "{} ({:.1} ms, {outcome})",
+                    r.trigger,
+                    r.duration_seconds * 1e3
+                )
+            },
+        );
+        let mut lines = vec![
+            ("version", s.version.clone()),
+            ("pid", s.pid.to_string()),
+            ("uptime", format!("{:.0}s", s.uptime_seconds)),
+            ("interface", format!("{} (XDP {})", s.interface, s.xdp_mode)),
+            (
+                "pin path",
+                if s.pin_path.is_empty() {
+                    "(not pinned)".into()
+                } else {
+                    s.pin_path.clone()
+                },
+            ),
+            (
+                "config",
+                format!("{} (generation {})", s.config_path, s.config_generation),
+            ),
+            ("services", s.services.to_string()),
+            ("conntrack", format!("{} flows", s.conntrack_entries)),
+            ("reconciles", s.reconciles.to_string()),
+            ("last reconcile", last),
+            ("fade-in rebuilds", s.fade_in_rebuilds.to_string()),
+        ];
+        for src in &s.sources {
+            lines.push((
+                "source",
+                format!("{} {} ({})", src.kind, src.location, src.state),
+            ));
+        }
+        let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        lines
+            .iter()
+            .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+            .collect()
+    })
+}

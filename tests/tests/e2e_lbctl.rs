@@ -1,0 +1,264 @@
+//! `lbctl` against a running `lbd` in a namespace topology: every command's JSON is
+//! parsed, counters move by exactly the traffic sent, `explain` names the backend
+//! that really answers, `/metrics` parses as Prometheus text, and with lbd stopped
+//! (data plane left running) `flows`, `stats` and `explain` still answer from the
+//! pinned maps while the rest say lbd is down.
+
+use std::{
+    collections::BTreeMap,
+    io::{Read as _, Write as _},
+    net::{IpAddr, SocketAddr, TcpStream, UdpSocket},
+    time::Duration,
+};
+
+use lb_testbed::{
+    LbdProcess, Topology, TopologyOptions, is_root,
+    topology::{CLIENT_ADDR, VIP, backend_addr},
+    traffic::{ServerKind, serve_backends, udp_requests},
+};
+use serde_json::Value;
+
+const UDP_PORT: u16 = 5353;
+const DATAGRAMS: usize = 60;
+
+fn config() -> String {
+    let backends: Vec<IpAddr> = (0..3).map(|i| backend_addr(i).into()).collect();
+    lb_testbed::lbd::config(
+        "generic",
+        &[
+            ("web", VIP.into(), 80, "tcp"),
+            ("dns", VIP.into(), UDP_PORT, "udp"),
+        ],
+        &backends,
+    )
+}
+
+/// The `dns` VIP's entry in `lbctl stats` JSON.
+fn dns_stats(stats: &Value) -> &Value {
+    stats["vips"]
+        .as_array()
+        .expect("vips")
+        .iter()
+        .find(|v| v["service"] == "dns" || v["vip"] == format!("{VIP}:{UDP_PORT}/udp"))
+        .expect("dns VIP in stats")
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// Backend name (as the servers answer, `backend-<i+1>`) of a backend address.
+fn name_of(addr: &str) -> String {
+    let i = (0..3)
+        .find(|&i| backend_addr(i).to_string() == addr)
+        .unwrap_or_else(|| panic!("{addr} is not a backend"));
+    format!("backend-{}", i + 1)
+}
+
+/// One datagram from `src` (a fixed client port) to the dns VIP; the answering
+/// backend's name.
+fn datagram_from(topo: &Topology, src: SocketAddr) -> String {
+    topo.client.run(move || {
+        let sock = UdpSocket::bind(src).expect("bind client port");
+        sock.connect((VIP, UDP_PORT)).expect("connect");
+        sock.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        sock.send(b"ping x").expect("send");
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).expect("answer");
+        let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
+        reply
+            .strip_suffix(" ping x")
+            .expect("reply format")
+            .to_owned()
+    })
+}
+
+/// `GET /metrics` from inside the LB namespace (the listener is on its loopback).
+fn scrape(topo: &Topology) -> String {
+    topo.lb.run(|| {
+        let mut s = TcpStream::connect(("127.0.0.1", 9470)).expect("connect to metrics");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("request");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("response");
+        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+        raw.split_once("\r\n\r\n").expect("body").1.to_owned()
+    })
+}
+
+fn metric(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{name} is not a plain value"),
+        })
+        .unwrap_or_else(|| panic!("no sample {name}{labels:?}"))
+}
+
+#[test]
+fn lbctl_reports_and_explains_what_the_node_does() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions::default());
+    let _servers = serve_backends(&topo, |_| VIP.into(), &[(ServerKind::Udp, UDP_PORT)]);
+    let mut lbd = LbdProcess::start(&topo.lb, &config());
+
+    let status = lbd.lbctl_json(&["status"]);
+    assert_eq!(status["interface"], "eth0");
+    assert_eq!(status["xdp_mode"], "generic");
+    assert_eq!(u(&status["services"]), 2);
+    assert_eq!(u(&status["config_generation"]), 1);
+    assert_eq!(status["last_reconcile"]["trigger"], "start");
+    assert!(status["last_reconcile"]["error"].is_null(), "{status}");
+
+    // Counters move by exactly the traffic sent: DSR, so the node sees each request
+    // datagram once and never the answer; each datagram is a new flow.
+    let before = lbd.lbctl_json(&["stats"]);
+    let tally = udp_requests(&topo.client, VIP, UDP_PORT, DATAGRAMS);
+    assert_eq!(tally.ok(), DATAGRAMS, "{:?}", tally.failures);
+    let after = lbd.lbctl_json(&["stats"]);
+    let (b, a) = (dns_stats(&before), dns_stats(&after));
+    assert_eq!(u(&a["packets"]) - u(&b["packets"]), DATAGRAMS as u64);
+    assert_eq!(u(&a["new_flows"]) - u(&b["new_flows"]), DATAGRAMS as u64);
+    assert_eq!(a["service"], "dns", "stats names services while lbd runs");
+    let per_backend: BTreeMap<String, usize> = a["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .map(|x| {
+            (
+                name_of(x["backend"].as_str().expect("addr")),
+                u(&x["new_flows"]) as usize,
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        per_backend, tally.served,
+        "per-backend new flows = answers per backend"
+    );
+
+    let services = lbd.lbctl_json(&["services"]);
+    let dns = services
+        .as_array()
+        .expect("services")
+        .iter()
+        .find(|s| s["name"] == "dns")
+        .expect("dns");
+    assert_eq!(dns["vip"], format!("{VIP}:{UDP_PORT}/udp"));
+    assert_eq!(u(&dns["packets"]), DATAGRAMS as u64);
+    assert_eq!(u(&dns["serving"]), 3);
+    assert_eq!(dns["table_digest"].as_str().expect("digest").len(), 16);
+
+    let backends = lbd.lbctl_json(&["backends", "dns"]);
+    let backends = backends.as_array().expect("backends");
+    assert_eq!(backends.len(), 3);
+    for bk in backends {
+        assert_eq!(bk["state"], "active");
+        assert_eq!(bk["health"], "unchecked");
+        assert_eq!(u(&bk["weight"]), 1);
+        assert_eq!(bk["effective_weight"].as_f64(), Some(1.0));
+        let name = name_of(bk["address"].as_str().expect("addr"));
+        let served = tally.served.get(&name).copied().unwrap_or(0) as u64;
+        assert_eq!(u(&bk["new_flows"]), served, "{name}");
+        assert_eq!(u(&bk["flows"]), served, "{name}: conntrack entries");
+    }
+    let (code, _, err) = lbd.lbctl(&["backends", "nope"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no service named \"nope\""), "{err}");
+
+    let flows = lbd.lbctl_json(&["flows", "--vip", &format!("{VIP}:{UDP_PORT}")]);
+    assert_eq!(u(&flows["matched"]), DATAGRAMS as u64);
+    let listed = flows["flows"].as_array().expect("flows");
+    // Established flows: explain says conntrack, naming the backend flows lists.
+    for f in listed.iter().take(5) {
+        let client = f["client"].as_str().expect("client");
+        let e = lbd.lbctl_json(&["explain", "udp", client, &format!("{VIP}:{UDP_PORT}")]);
+        assert_eq!(e["decision"], "conntrack", "{e}");
+        assert_eq!(e["backend"], f["backend"]);
+        assert_eq!(e["service_name"], "dns");
+    }
+    // New flows: explain predicts from the table; a real datagram from that port is
+    // answered by that backend.
+    for port in [41000u16, 41001, 41002, 41003, 41004, 41005] {
+        let src = SocketAddr::new(CLIENT_ADDR.into(), port);
+        let e = lbd.lbctl_json(&[
+            "explain",
+            "udp",
+            &src.to_string(),
+            &format!("{VIP}:{UDP_PORT}"),
+        ]);
+        assert_eq!(e["decision"], "table", "{e}");
+        let predicted = name_of(e["backend"].as_str().expect("backend"));
+        assert_eq!(datagram_from(&topo, src), predicted, "flow from {src}");
+    }
+    let (code, text, _) = lbd.lbctl(&["explain", "tcp", "198.18.0.1:1", "198.18.0.99:80"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("passed to the kernel stack"), "{text}");
+
+    let text = scrape(&topo);
+    let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .expect("metrics parse");
+    let sent = (DATAGRAMS + 6) as f64;
+    assert_eq!(
+        metric(&parsed, "lbd_vip_packets_total", &[("service", "dns")]),
+        sent
+    );
+    assert_eq!(
+        metric(&parsed, "lbd_vip_new_flows_total", &[("service", "dns")]),
+        sent
+    );
+    assert_eq!(
+        metric(&parsed, "lbd_table_size", &[("service", "dns")]),
+        u(&dns["table_size"]) as f64
+    );
+    assert!(metric(&parsed, "lbd_xdp_packets_total", &[]) >= sent);
+    assert!(metric(&parsed, "lbd_reconciles_total", &[]) >= 1.0);
+    let digest = dns["table_digest"].as_str().expect("digest");
+    assert_eq!(
+        metric(
+            &parsed,
+            "lbd_table_info",
+            &[("service", "dns"), ("digest", digest)]
+        ),
+        1.0
+    );
+
+    // lbd stops, the data plane keeps forwarding: pinned-map commands still answer.
+    assert_eq!(lbd.stop_leaving_running(), Some(0));
+    let (code, _, err) = lbd.lbctl(&["status"]);
+    assert_eq!(code, Some(1), "status without lbd must fail");
+    assert!(err.starts_with("lbctl: lbd is not running"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let tally = udp_requests(&topo.client, VIP, UDP_PORT, 10);
+    assert_eq!(
+        tally.ok(),
+        10,
+        "forwarding continues without lbd: {:?}",
+        tally.failures
+    );
+    let stats = lbd.lbctl_json(&["stats"]);
+    assert_eq!(u(&dns_stats(&stats)["packets"]), DATAGRAMS as u64 + 16);
+    assert!(
+        dns_stats(&stats)["service"].is_null(),
+        "no names without lbd"
+    );
+    let flows = lbd.lbctl_json(&["flows", "--limit", "3"]);
+    assert_eq!(u(&flows["matched"]), DATAGRAMS as u64 + 16);
+    assert_eq!(flows["flows"].as_array().expect("flows").len(), 3);
+    let src = SocketAddr::new(CLIENT_ADDR.into(), 41000);
+    let e = lbd.lbctl_json(&[
+        "explain",
+        "udp",
+        &src.to_string(),
+        &format!("{VIP}:{UDP_PORT}"),
+    ]);
+    assert_eq!(e["decision"], "conntrack", "{e}");
+}
