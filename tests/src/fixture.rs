@@ -158,7 +158,13 @@ pub struct XdpRig {
 impl XdpRig {
     /// Loads the data plane with `seed`; call from inside [`FixtureHost::run`].
     pub fn load(seed: u32) -> Self {
-        let mut dataplane = KernelDataplane::load().expect("load data plane");
+        Self::load_pinned(seed, None)
+    }
+
+    /// Like [`XdpRig::load`], with the maps pinned under `pin_dir` (on a bpffs) so a
+    /// reader can open them as `lbctl` does.
+    pub fn load_pinned(seed: u32, pin_dir: Option<&std::path::Path>) -> Self {
+        let mut dataplane = KernelDataplane::load_with_pins(pin_dir).expect("load data plane");
         dataplane
             .set_config(GlobalConfig {
                 hash_seed: seed,

@@ -188,6 +188,57 @@ mod tests {
         );
     }
 
+    /// Serves one connection on a fresh socket with `reply`, then returns its path.
+    fn fake_lbd(reply: &'static [u8]) -> (PathBuf, std::thread::JoinHandle<()>) {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("lbctl-fake-{}-{n}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let handle = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(reply);
+        });
+        (path, handle)
+    }
+
+    fn ask(reply: &'static [u8]) -> Result<serde_json::Value, ClientError> {
+        let (path, handle) = fake_lbd(reply);
+        let result = get::<serde_json::Value>(&path, "/v1/status");
+        handle.join().expect("fake lbd");
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
+    #[test]
+    fn replies_are_checked_for_version_errors_and_form() {
+        let ok = ask(b"HTTP/1.1 200 OK\r\n\r\n{\"api_version\":1,\"data\":{\"x\":2}}");
+        assert_eq!(ok.expect("ok")["x"], 2);
+        let newer = ask(b"HTTP/1.1 200 OK\r\n\r\n{\"api_version\":7,\"data\":[]}");
+        let e = newer.expect_err("version");
+        assert!(matches!(e, ClientError::Version { theirs: 7 }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("admin API version 7, this lbctl speaks 1")
+        );
+        let api = ask(b"HTTP/1.1 404 Not Found\r\n\r\n{\"api_version\":1,\"data\":{\"error\":\"no service named x\"}}");
+        assert_eq!(
+            api.expect_err("404").to_string(),
+            "lbd: no service named x (HTTP 404)"
+        );
+        for junk in [
+            &b"hello"[..],
+            b"HTTP/1.1 200 OK\r\n\r\nnot json",
+            b"HTTP/1.1 200 OK\r\n\r\n{}",
+        ] {
+            let e = ask(junk).expect_err("malformed");
+            assert!(matches!(e, ClientError::Malformed { .. }), "{e}");
+            assert!(!e.to_string().contains('\n'), "one line: {e}");
+        }
+    }
+
     #[test]
     fn a_missing_socket_says_lbd_is_not_running() {
         let err = get::<serde_json::Value>(Path::new("/nonexistent/lbd.sock"), "/v1/status")
