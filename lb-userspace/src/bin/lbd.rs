@@ -134,6 +134,9 @@ fn run_until_shutdown(
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
                 _ = int.recv() => return Ok(Stop::TearDown),
                 _ = hup.recv() => {
+                    // The edit that came with the signal is loaded now; the watcher
+                    // must not load it a second time.
+                    file = FileStamp::of(path);
                     meta.generation += u64::from(reload(agent, path));
                     prober.sync(agent.probe_targets(), &reports);
                 }

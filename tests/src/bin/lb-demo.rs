@@ -161,6 +161,7 @@ fn run(args: &Args) -> bool {
     for f in tally.failures.iter().take(5) {
         println!("  failure: {f}");
     }
+    show_lbctl(&lbd, &["services"]);
     let faded = if tally.failures.is_empty() && !INTERRUPTED.load(Ordering::Relaxed) {
         fade_in_fourth_backend(&topo, &mut lbd, &config)
     } else {
@@ -232,11 +233,27 @@ fn fade_in_fourth_backend(topo: &Topology, lbd: &mut LbdProcess, config: &str) -
             "{second:>6}  {share:>13.1}%  {}",
             "#".repeat(share as usize)
         );
+        if second == 4 {
+            show_lbctl(lbd, &["backends", "web"]);
+        }
         let next = std::time::Duration::from_secs(second + 1);
         if let Some(wait) = next.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
         }
     }
     println!("  (with four equal backends the full share is 25%)");
+    let vip = format!("{VIP}:80");
+    show_lbctl(lbd, &["explain", "tcp", &format!("{CLIENT_ADDR}:20000"), &vip]);
+    show_lbctl(lbd, &["explain", "tcp", &format!("{CLIENT_ADDR}:65000"), &vip]);
+    show_lbctl(lbd, &["status"]);
     ok
+}
+
+/// Prints an lbctl command and its output, indented.
+fn show_lbctl(lbd: &LbdProcess, args: &[&str]) {
+    println!("\n$ lbctl {}", args.join(" "));
+    let (_, out, err) = lbd.lbctl(args);
+    for line in out.lines().chain(err.lines()) {
+        println!("  {line}");
+    }
 }
