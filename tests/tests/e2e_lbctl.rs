@@ -118,6 +118,28 @@ fn lbctl_reports_and_explains_what_the_node_does() {
     assert_eq!(status["last_reconcile"]["trigger"], "start");
     assert!(status["last_reconcile"]["error"].is_null(), "{status}");
 
+    // A broken edit is reported where lbctl shows it, the running config stays; a
+    // good one counts as the next generation.
+    let outcome = lbd.reload(&config().replace("port = 80", "port = \"eighty\""));
+    assert!(outcome.contains("reload rejected"), "{outcome}");
+    let status = lbd.lbctl_json(&["status"]);
+    assert_eq!(u(&status["config_generation"]), 1);
+    let state = status["sources"][0]["state"].as_str().expect("state");
+    assert!(
+        state.starts_with("rejected, running the last good config: "),
+        "{state}"
+    );
+    assert!(
+        state.contains("lbd.toml:"),
+        "names the file and line: {state}"
+    );
+    let outcome = lbd.reload(&config());
+    assert!(outcome.contains("reloaded"), "{outcome}");
+    let status = lbd.lbctl_json(&["status"]);
+    assert_eq!(u(&status["config_generation"]), 2);
+    assert_eq!(status["sources"][0]["state"], "ok");
+    assert_eq!(status["last_reconcile"]["trigger"], "reload");
+
     // Counters move by exactly the traffic sent: DSR, so the node sees each request
     // datagram once and never the answer; each datagram is a new flow.
     let before = lbd.lbctl_json(&["stats"]);
@@ -231,6 +253,34 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         1.0
     );
 
+    // Without privileges: one line saying what to do, for the socket and the maps.
+    let unprivileged = |args: &[&str]| {
+        let dir = lb_testbed::lbd::TempDir::new("lbctl-nobody");
+        let bin = dir.path().join("lbctl");
+        std::fs::copy(lb_testbed::lbd::lbctl_binary(), &bin).expect("copy lbctl");
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .arg("--socket")
+            .arg(lbd.admin_socket())
+            .arg("--pin-path")
+            .arg(lbd.pin_dir())
+            .args(args)
+            .output()
+            .expect("run lbctl as nobody");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = unprivileged(&["status"]);
+    assert_eq!(code, Some(1));
+    assert!(err.starts_with("lbctl: permission denied on "), "{err}");
+    let (code, err) = unprivileged(&["flows"]);
+    assert_eq!(code, Some(1));
+    assert!(err.starts_with("lbctl: opening pinned map "), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
     // lbd stops, the data plane keeps forwarding: pinned-map commands still answer.
     assert_eq!(lbd.stop_leaving_running(), Some(0));
     let (code, _, err) = lbd.lbctl(&["status"]);
@@ -261,4 +311,40 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         &format!("{VIP}:{UDP_PORT}"),
     ]);
     assert_eq!(e["decision"], "conntrack", "{e}");
+
+    // Rates: one JSON document per sample; 20 datagrams sent while it watches.
+    let watch = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            lbd.lbctl(&[
+                "-o",
+                "json",
+                "stats",
+                "--watch",
+                "--interval",
+                "1",
+                "--count",
+                "2",
+            ])
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(udp_requests(&topo.client, VIP, UDP_PORT, 20).ok(), 20);
+        watcher.join().expect("watch")
+    });
+    assert_eq!(watch.0, Some(0), "{}", watch.2);
+    let samples: Vec<Value> = watch
+        .1
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON document per line"))
+        .collect();
+    assert_eq!(samples.len(), 2);
+    // Each sample spans at least its 1 s interval, so the two rates add up to at
+    // most 20/s, and to clearly more than 0 (10/s even if each took 2 s).
+    let rate: f64 = samples
+        .iter()
+        .map(|s| dns_stats(s)["packets"].as_f64().expect("rate"))
+        .sum();
+    assert!(
+        (10.0..=20.0).contains(&rate),
+        "20 datagrams over two ~1 s samples: {rate}/s"
+    );
 }

@@ -18,6 +18,21 @@ pub struct Meta {
     pub config_path: String,
     /// Successful config loads so far.
     pub generation: u64,
+    /// Why the latest reload was rejected, until one succeeds.
+    pub config_error: Option<String>,
+}
+
+impl Meta {
+    /// Records a reload's outcome.
+    pub fn reloaded(&mut self, outcome: Result<(), String>) {
+        match outcome {
+            Ok(()) => {
+                self.generation += 1;
+                self.config_error = None;
+            }
+            Err(e) => self.config_error = Some(e),
+        }
+    }
 }
 
 /// The reply to `query`. Map read failures become a 500 that says which read failed.
@@ -54,7 +69,7 @@ pub fn status(agent: &Agent, meta: &Meta) -> Result<Status, DataplaneError> {
         .to_owned(),
         pin_path: node.pin_path.clone(),
         services: agent.config().services.len(),
-        sources: agent.sources(&meta.config_path),
+        sources: agent.sources(&meta.config_path, meta.config_error.as_deref()),
         reconciles: agent.reconciles().count,
         last_reconcile: agent.last_reconcile().cloned(),
         fade_in_rebuilds: agent.fade_rebuilds(),

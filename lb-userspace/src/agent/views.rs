@@ -137,12 +137,16 @@ impl Agent {
         Ok(out)
     }
 
-    /// Where services and endpoints come from, and whether each reads cleanly.
-    pub fn sources(&self, config_path: &str) -> Vec<SourceStatus> {
+    /// Where services and endpoints come from, and whether each reads cleanly
+    /// (`config_error`: why the config file's latest version was rejected).
+    pub fn sources(&self, config_path: &str, config_error: Option<&str>) -> Vec<SourceStatus> {
         let mut out = vec![SourceStatus {
             kind: "config".into(),
             location: config_path.to_owned(),
-            state: "ok".into(),
+            state: config_error.map_or_else(
+                || "ok".into(),
+                |e| format!("rejected, running the last good config: {e}"),
+            ),
         }];
         if let Some(dir) = &self.slices {
             out.push(SourceStatus {

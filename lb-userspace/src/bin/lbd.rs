@@ -126,6 +126,7 @@ fn run_until_shutdown(
             started,
             config_path: path.display().to_string(),
             generation: 1,
+            config_error: None,
         };
         let (queries, mut asked) = tokio::sync::mpsc::channel(64);
         let _socket = serve_admin(agent, queries).await;
@@ -137,7 +138,7 @@ fn run_until_shutdown(
                     // The edit that came with the signal is loaded now; the watcher
                     // must not load it a second time.
                     file = FileStamp::of(path);
-                    meta.generation += u64::from(reload(agent, path));
+                    meta.reloaded(reload(agent, path));
                     prober.sync(agent.probe_targets(), &reports);
                 }
                 Some((query, reply)) = asked.recv() => {
@@ -157,7 +158,7 @@ fn run_until_shutdown(
                     if now != file {
                         file = now;
                         log::info!("{} changed", path.display());
-                        meta.generation += u64::from(reload(agent, path));
+                        meta.reloaded(reload(agent, path));
                         prober.sync(agent.probe_targets(), &reports);
                     }
                 }
@@ -216,13 +217,13 @@ async fn serve_admin(agent: &Agent, queries: server::Queries) -> Option<server::
     }
 }
 
-/// Reloads the config file; returns whether a new config was loaded and applied.
-fn reload(agent: &mut Agent, path: &std::path::Path) -> bool {
+/// Reloads the config file; the error (also logged) if it was rejected or failed.
+fn reload(agent: &mut Agent, path: &std::path::Path) -> Result<(), String> {
     let config = match config::load(path) {
         Ok(config) => config,
         Err(err) => {
             log::error!("reload rejected, keeping the running config: {err}");
-            return false;
+            return Err(err.to_string());
         }
     };
     match agent.reload(config) {
@@ -234,11 +235,11 @@ fn reload(agent: &mut Agent, path: &std::path::Path) -> bool {
                 report.unchanged,
                 report.removed
             );
-            true
+            Ok(())
         }
         Err(err) => {
             log::error!("reload failed part-way, will retry on the next SIGHUP: {err}");
-            false
+            Err(format!("applying the config failed part-way: {err}"))
         }
     }
 }

@@ -243,8 +243,14 @@ fn fade_in_fourth_backend(topo: &Topology, lbd: &mut LbdProcess, config: &str) -
     }
     println!("  (with four equal backends the full share is 25%)");
     let vip = format!("{VIP}:80");
-    show_lbctl(lbd, &["explain", "tcp", &format!("{CLIENT_ADDR}:20000"), &vip]);
-    show_lbctl(lbd, &["explain", "tcp", &format!("{CLIENT_ADDR}:65000"), &vip]);
+    show_lbctl(
+        lbd,
+        &["explain", "tcp", &format!("{CLIENT_ADDR}:20000"), &vip],
+    );
+    show_lbctl(
+        lbd,
+        &["explain", "tcp", &format!("{CLIENT_ADDR}:65000"), &vip],
+    );
     show_lbctl(lbd, &["status"]);
     ok
 }
