@@ -179,9 +179,9 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
     // A broken file is reported and changes nothing.
     let outcome = lbd.reload("[node]\ninterface = \"eth0\"\n[[service]]\nname = 1\n");
     assert!(outcome.contains("reload rejected"), "{outcome}");
-    // Line 6: the harness adds pin_path and state_dir lines under [node].
+    // Line 7: the harness adds pin_path, state_dir and admin_socket lines under [node].
     assert!(
-        outcome.contains("lbd.toml:6:8: invalid type: integer `1`, expected a string"),
+        outcome.contains("lbd.toml:7:8: invalid type: integer `1`, expected a string"),
         "names the file, line and problem: {outcome}"
     );
     assert_all_held_intact(&mut held, &on, "after-bad-reload");
