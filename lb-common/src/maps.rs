@@ -194,16 +194,23 @@ impl Default for TableChunk {
 }
 
 /// Backend flag: the address is IPv6 (else IPv4-mapped).
-pub const BACKEND_F_IPV6: u32 = 1;
+pub const BACKEND_F_IPV6: u16 = 1;
 
 /// One backend, by id.
+///
+/// `flags` and `port_be` share what was once a `u32` of flags (little-endian: the flags
+/// are its low half), so maps pinned before the port existed read as port 0.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Backend {
     /// Backend address (IPv4-mapped for IPv4).
     pub addr: [u8; 16],
     /// `BACKEND_F_*` flags.
-    pub flags: u32,
+    pub flags: u16,
+    /// `nat` mode: the port the backend listens on, network byte order, when it
+    /// differs from the VIP's (a Kubernetes target port); 0 keeps the VIP's port.
+    /// `dsr` cannot change ports (the backend answers the client directly).
+    pub port_be: u16,
     /// Service that owns the backend (for accounting).
     pub service_id: u32,
 }

@@ -10,7 +10,7 @@
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
-    Counter, FlowKey,
+    Backend, Counter, FlowKey,
     maps::{proto, v4_mapped},
 };
 
@@ -228,10 +228,12 @@ pub fn echo_reply(ctx: &XdpContext, pkt: &Packet, l3: usize, l4: usize) -> Verdi
 pub fn nat_translate(
     ctx: &XdpContext,
     pkt: &Packet,
-    backend: &[u8; 16],
+    backend: &Backend,
     nat: &[u8; 16],
     nat_port_be: u16,
 ) -> bool {
+    let backend_port_be = backend.port_be;
+    let backend = &backend.addr;
     let inner = pkt.l4 + ICMP_LEN;
     let Some(icmp) = ptr_at::<IcmpHdr>(ctx, pkt.l4) else {
         return false;
@@ -253,7 +255,7 @@ pub fn nat_translate(
             sum = csum_diff((*outer).dst.as_ptr(), backend.as_ptr(), 16, sum);
             sum = csum_diff((*quoted).src.as_ptr(), backend.as_ptr(), 16, sum);
             sum = csum_diff((*quoted).dst.as_ptr(), nat.as_ptr(), 16, sum);
-            let new_ports = quoted_ports(&*ports, nat_port_be);
+            let new_ports = quoted_ports(&*ports, backend_port_be, nat_port_be);
             sum = csum_diff(ports.cast(), new_ports.as_ptr(), 4, sum);
             (*outer).dst = *backend;
             (*quoted).src = *backend;
@@ -300,7 +302,7 @@ pub fn nat_translate(
             sum = csum_diff(old_check_word.as_ptr(), new_check_word.as_ptr(), 4, sum);
             sum = csum_diff((*quoted).src.as_ptr(), backend4, 4, sum);
             sum = csum_diff((*quoted).dst.as_ptr(), nat4, 4, sum);
-            let new_ports = quoted_ports(&*ports, nat_port_be);
+            let new_ports = quoted_ports(&*ports, backend_port_be, nat_port_be);
             sum = csum_diff(ports.cast(), new_ports.as_ptr(), 4, sum);
             (*quoted).check = new_check;
             (*quoted).src = crate::csum::v4_of(backend);
@@ -312,12 +314,16 @@ pub fn nat_translate(
     true
 }
 
-/// The quoted ports after translation: the source (the service port, which the backend
-/// also used) stays, the destination becomes the NAT port.
+/// The quoted ports after translation: the source becomes the backend's port (the VIP
+/// port stays when the backend has none of its own), the destination the NAT port.
 #[inline(always)]
-fn quoted_ports(old: &[u8; 4], nat_port_be: u16) -> [u8; 4] {
+fn quoted_ports(old: &[u8; 4], backend_port_be: u16, nat_port_be: u16) -> [u8; 4] {
     let p = nat_port_be.to_ne_bytes();
-    [old[0], old[1], p[0], p[1]]
+    if backend_port_be == 0 {
+        return [old[0], old[1], p[0], p[1]];
+    }
+    let b = backend_port_be.to_ne_bytes();
+    [b[0], b[1], p[0], p[1]]
 }
 
 /// `bpf_csum_diff` over `len` bytes, continuing the sum `seed`.

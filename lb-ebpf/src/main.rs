@@ -191,7 +191,7 @@ fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
     let Some(nat) = nat::nat_addr_of(pkt.ipv6) else {
         return Verdict::drop(Counter::DropNatUnavailable);
     };
-    if !icmp::nat_translate(ctx, &pkt, &backend.addr, &nat, nat_port_be) {
+    if !icmp::nat_translate(ctx, &pkt, backend, &nat, nat_port_be) {
         return Verdict::drop(Counter::DropMalformed);
     }
     forward::to_backend(ctx, &pkt, backend_id, backend).forwarded_as(Counter::TxIcmpError)

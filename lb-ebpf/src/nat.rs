@@ -72,7 +72,7 @@ pub fn claim_port(key: &FlowKey, backend: &Backend, ipv6: bool) -> Option<u16> {
     let mut reply = FlowKey {
         src: backend.addr,
         dst: nat,
-        src_port_be: key.dst_port_be,
+        src_port_be: backend_port(backend, key.dst_port_be),
         dst_port_be: 0,
         proto: key.proto,
         _pad: 0,
@@ -95,6 +95,17 @@ pub fn claim_port(key: &FlowKey, backend: &Backend, ipv6: bool) -> Option<u16> {
     None
 }
 
+/// The port a flow to `vip_port_be` reaches `backend` on: its own port if it has one
+/// (network order both).
+#[inline(always)]
+pub fn backend_port(backend: &Backend, vip_port_be: u16) -> u16 {
+    if backend.port_be != 0 {
+        backend.port_be
+    } else {
+        vip_port_be
+    }
+}
+
 /// Rewrites a client packet towards `backend` from the NAT address and `port_be`.
 ///
 /// # Errors
@@ -115,7 +126,7 @@ pub fn to_backend(
         src: nat,
         dst: backend.addr,
         sport_be: port_be,
-        dport_be: pkt.key.dst_port_be,
+        dport_be: backend_port(backend, pkt.key.dst_port_be),
     };
     if rewrite(ctx, pkt, &to) {
         Ok(())

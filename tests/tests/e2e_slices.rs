@@ -115,3 +115,59 @@ fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
     let (code, log) = lbd.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// Kubernetes Services usually map their port to another target port: `nat` mode
+/// reaches pods on the target port (here VIP:80 → pod:8080) and the client sees the
+/// VIP's port.
+#[test]
+fn nat_reaches_pods_on_their_target_port() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions::default());
+    let nat = std::net::Ipv4Addr::new(198, 18, 0, 3);
+    topo.lb
+        .ip(&["addr", "add", &format!("{nat}/24"), "dev", "eth0"]);
+    // Pods listen on their own address and port 8080 only.
+    let _servers = serve_backends(
+        &topo,
+        |i| backend_addr(i).into(),
+        &[(ServerKind::Http, 8080)],
+    );
+    let slices = TempDir::new("slices-nat");
+    let eps: Vec<String> = (0..3)
+        .map(|i| {
+            format!(
+                "- addresses: [\"{}\"]\n  conditions: {READY}",
+                backend_addr(i)
+            )
+        })
+        .collect();
+    slices.write(
+        "web.yaml",
+        &format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-x\n  namespace: shop\n  labels:\n    kubernetes.io/service-name: web\naddressType: IPv4\nendpoints:\n{}\nports:\n- name: http\n  port: 8080\n  protocol: TCP\n",
+            eps.join("\n")
+        ),
+    );
+    let config = format!(
+        "[node]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\nendpointslice_dir = \"{}\"\nnat_addresses = [\"{nat}\"]\n\n[[service]]\nname = \"web\"\nvip = \"{VIP}\"\nport = 80\nmode = \"nat\"\nendpoint_slices = {{ namespace = \"shop\", service = \"web\", port = \"http\" }}\n",
+        slices.path().display()
+    );
+    let lbd = LbdProcess::start(&topo.lb, &config);
+    let tally = http_requests(&topo.client, VIP, 80, 90);
+    assert!(
+        tally.failures.is_empty(),
+        "{:?}\n{}",
+        tally.failures,
+        lbd.log()
+    );
+    assert_eq!(tally.served.len(), 3, "{:?}", tally.served);
+    // lbctl says which port each backend is reached on.
+    let backends = lbd.lbctl_json(&["backends", "web"]);
+    for b in backends.as_array().expect("backends") {
+        assert_eq!(b["port"], 8080, "{b}");
+    }
+    let e = lbd.lbctl_json(&["explain", "tcp", "198.18.0.1:45000", &format!("{VIP}:80")]);
+    assert_eq!(e["backend_port"], 8080, "{e}");
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

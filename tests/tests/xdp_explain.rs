@@ -51,6 +51,7 @@ fn spec(
         backends,
         table_size: None,
         weights,
+        ports: Vec::new(),
     }
 }
 

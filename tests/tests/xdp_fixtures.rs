@@ -33,6 +33,7 @@ fn svc_at(vip: IpAddr, port: u16, proto: u8, backends: &[IpAddr]) -> ServiceSpec
         backends: backends.to_vec(),
         table_size: None,
         weights: Vec::new(),
+        ports: Vec::new(),
     }
 }
 

@@ -395,6 +395,7 @@ fn a_million_random_and_mutated_packets() {
                 },
                 table_size: None,
                 weights: Vec::new(),
+                ports: Vec::new(),
             });
         }
         let macs = backend_macs();

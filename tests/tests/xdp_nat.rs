@@ -26,6 +26,7 @@ fn nat_svc(vip: IpAddr, port: u16, proto: u8, backends: Vec<IpAddr>) -> ServiceS
         backends,
         table_size: None,
         weights: Vec::new(),
+        ports: Vec::new(),
     }
 }
 
@@ -342,5 +343,85 @@ fn icmp_errors_about_nat_replies_reach_the_backend_translated() {
         pseudo.extend_from_slice(&((out.bytes.len() - 54) as u32).to_be_bytes());
         pseudo.extend_from_slice(&[0, 0, 0, 58]);
         assert_eq!(checksum(&[&pseudo, &out.bytes[54..]]), 0, "ICMPv6 checksum");
+    });
+}
+
+/// A backend on its own port (a Kubernetes target port): the client's packets reach
+/// it on that port, its replies leave from the VIP's port, and an ICMP error about a
+/// reply quotes the backend's port — checksums valid throughout.
+#[test]
+fn backends_on_their_own_port_are_reached_and_answer_from_the_vip_port() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let mut svc = nat_svc(VIP.into(), 8000, TCP, vec![backend(0).0, backend(1).0]);
+        svc.ports = vec![8080, 0];
+        rig.program(svc);
+        let mut seen = std::collections::BTreeSet::new();
+        let mut icmp_checked = false;
+        for sport in 41000..41040 {
+            let syn = Packet::tcp4(
+                Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800),
+                CLIENT_ADDR,
+                sport,
+                VIP,
+                8000,
+                b"x",
+            );
+            let out = run(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+            assert_checksums_valid(&out.bytes);
+            let to = Ipv4Addr::new(out.bytes[30], out.bytes[31], out.bytes[32], out.bytes[33]);
+            let want = if IpAddr::V4(to) == backend(0).0 {
+                8080
+            } else {
+                8000
+            };
+            assert_eq!(
+                port_at(&out.bytes, 36),
+                want,
+                "destination port towards {to}"
+            );
+            seen.insert(to);
+            let nat_port = port_at(&out.bytes, 34);
+            let reply = Packet::tcp4(
+                Packet::eth(HOST_MAC, [2, 0, 0, 0, 0, 0x99], 0x0800),
+                to,
+                want,
+                NAT_ADDR,
+                nat_port,
+                b"y",
+            );
+            let back = run(&mut rig, &reply.bytes, action::TX, Counter::TxNatReply);
+            assert_eq!(
+                (port_at(&back.bytes, 34), port_at(&back.bytes, 36)),
+                (8000, sport)
+            );
+            assert_eq!(&back.bytes[26..30], &VIP.octets());
+            assert_checksums_valid(&back.bytes);
+
+            if want == 8080 && !icmp_checked {
+                icmp_checked = true;
+                // A router's "fragmentation needed" about our reply VIP:8000 → client.
+                let ours = Packet::tcp4(
+                    Packet::eth([0; 6], [0; 6], 0x0800),
+                    VIP,
+                    8000,
+                    CLIENT_ADDR,
+                    sport,
+                    b"",
+                );
+                let mut body = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00];
+                body.extend_from_slice(&ours.bytes[14..14 + 28]);
+                let router = Ipv4Addr::new(198, 18, 0, 254);
+                let err =
+                    Packet::icmp4(Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800), router, VIP, body);
+                let out = run(&mut rig, &err.bytes, action::TX, Counter::TxIcmpError);
+                assert_eq!(checksum(&[&out.bytes[34..]]), 0, "ICMP checksum");
+                let quoted = &out.bytes[42..];
+                assert_eq!((port_at(quoted, 20), port_at(quoted, 22)), (8080, nat_port));
+            }
+        }
+        assert_eq!(seen.len(), 2, "40 flows reach both backends");
+        assert!(icmp_checked);
     });
 }

@@ -130,6 +130,8 @@ pub struct BackendView {
     pub address: std::net::IpAddr,
     /// Id in the data plane; `None` if not programmed.
     pub backend_id: Option<u32>,
+    /// `nat` mode: the port the backend is reached on when it is not the VIP's.
+    pub port: Option<u16>,
     /// `active`, `fading`, `draining` (weight 0: existing flows only) or `unhealthy`.
     pub state: String,
     /// Weight from the config or the EndpointSlice (0 = draining).

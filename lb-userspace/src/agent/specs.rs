@@ -157,11 +157,12 @@ pub fn service_specs_with(config: &ValidConfig, discovered: &Discovered) -> Vec<
         .services
         .iter()
         .map(|svc| {
-            let (backends, weights) = match &svc.endpoint_slices {
+            let (backends, weights, ports) = match &svc.endpoint_slices {
                 Some(es) => from_slices(svc, es, discovered),
                 None => (
                     svc.backends.iter().map(|b| b.address).collect(),
                     svc.backends.iter().map(|b| b.weight).collect(),
+                    Vec::new(),
                 ),
             };
             ServiceSpec {
@@ -175,50 +176,62 @@ pub fn service_specs_with(config: &ValidConfig, discovered: &Discovered) -> Vec<
                 backends,
                 table_size: svc.table_size,
                 weights,
+                ports,
             }
         })
         .collect()
 }
 
-/// Backends and weights of a service from its Kubernetes Service port: endpoints of
-/// the VIP's family whose target port is the VIP's port (neither dsr nor nat remaps
-/// ports; an all-ports service takes any). Ready endpoints weigh 1; draining ones 0
-/// (their flows continue) unless none is ready, then 1 (kube-proxy's fallback).
+/// Backends, weights and ports of a service from its Kubernetes Service port:
+/// endpoints of the VIP's family. In `nat` mode an endpoint may listen on another port
+/// than the VIP's (the Service's target port): the data plane rewrites the port, so
+/// `ports` says which. `dsr` and `l7` cannot change ports, so there only endpoints on
+/// the VIP's port are usable (an all-ports service takes any, unchanged). Ready
+/// endpoints weigh 1; draining ones 0 (their flows continue) unless none is ready,
+/// then 1 (kube-proxy's fallback).
 fn from_slices(
     svc: &ServiceConfig,
     es: &EndpointSlicesConfig,
     discovered: &Discovered,
-) -> (Vec<IpAddr>, Vec<u32>) {
+) -> (Vec<IpAddr>, Vec<u32>, Vec<u16>) {
     let protocol = svc.protocol.to_string().to_ascii_uppercase();
     let list = discovered
         .backends
         .get(&(es.namespace.clone(), es.service.clone()))
         .and_then(|ports| ports.get(&(es.port.clone(), protocol)))
         .map_or(&[][..], Vec::as_slice);
+    let remaps = svc.mode == ForwardingModeConfig::Nat && svc.port != PortSpec::All;
     let usable: Vec<_> = list
         .iter()
         .filter(|b| b.addr.is_ipv6() == svc.vip.is_ipv6())
-        .filter(|b| svc.port == PortSpec::All || PortSpec::Port(b.port) == svc.port)
+        .filter(|b| remaps || svc.port == PortSpec::All || PortSpec::Port(b.port) == svc.port)
         .collect();
     if usable.len() < list.len() {
         log::debug!(
-            "{}: {} endpoints of {}/{} not usable (other family or target port)",
+            "{}: {} endpoints of {}/{} not usable (other family, or a target port {:?} mode cannot reach)",
             svc.name,
             list.len() - usable.len(),
             es.namespace,
-            es.service
+            es.service,
+            svc.mode
         );
     }
     let any_ready = usable.iter().any(|b| b.state == EndpointState::Ready);
     let mut seen = std::collections::HashSet::new();
-    usable
-        .into_iter()
-        .filter(|b| seen.insert(b.addr))
-        .map(|b| {
-            let w = u32::from(b.state == EndpointState::Ready || !any_ready);
-            (b.addr, w)
-        })
-        .unzip()
+    let mut out = (Vec::new(), Vec::new(), Vec::new());
+    for b in usable.into_iter().filter(|b| seen.insert(b.addr)) {
+        out.0.push(b.addr);
+        out.1
+            .push(u32::from(b.state == EndpointState::Ready || !any_ready));
+        out.2.push(match svc.port {
+            PortSpec::Port(p) if remaps && b.port != p => b.port,
+            _ => 0,
+        });
+    }
+    if out.2.iter().all(|&p| p == 0) {
+        out.2.clear();
+    }
+    out
 }
 
 /// Node-wide data-plane settings from the config.

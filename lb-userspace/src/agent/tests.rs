@@ -290,6 +290,22 @@ ports: [{ name: http, port: 80 }]
     }
 
     #[test]
+    fn nat_reaches_endpoints_on_their_target_port() {
+        let text = "[node]\ninterface = \"eth0\"\nendpointslice_dir = \"/x\"\nnat_addresses = [\"198.18.0.3\"]\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nmode = \"nat\"\nendpoint_slices = { namespace = \"shop\", service = \"web\", port = \"http\" }\n";
+        let cfg = crate::config::parse(text, "t").expect("valid");
+        let specs = service_specs_with(&cfg, &discovered());
+        let web = &specs[0];
+        let addrs: Vec<String> = web.backends.iter().map(ToString::to_string).collect();
+        assert_eq!(addrs, ["198.18.0.11", "198.18.0.12", "198.18.0.13"]);
+        assert_eq!(
+            web.ports,
+            vec![0, 0, 8080],
+            "only the one on 8080 is remapped"
+        );
+        assert_eq!(web.weights, vec![1, 0, 1]);
+    }
+
+    #[test]
     fn only_draining_endpoints_take_new_flows_as_a_fallback() {
         let specs = service_specs_with(&config("old"), &discovered());
         assert_eq!(specs[0].weights, vec![1]);

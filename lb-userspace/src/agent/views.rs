@@ -120,6 +120,7 @@ impl Agent {
                     service: svc.name.clone(),
                     address: addr,
                     backend_id,
+                    port: spec.ports.get(i).copied().filter(|&p| p != 0),
                     state: state.to_owned(),
                     weight,
                     effective_weight: effective,

@@ -33,7 +33,10 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
         for b in &backends {
             t.row(vec![
                 b.service.clone(),
-                b.address.to_string(),
+                match b.port {
+                    Some(port) => std::net::SocketAddr::new(b.address, port).to_string(),
+                    None => b.address.to_string(),
+                },
                 b.state.clone(),
                 b.weight.to_string(),
                 format!("{:.2}", b.effective_weight),

@@ -47,6 +47,14 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
     ctx.print(&out, || describe(&e, out.service_name.as_deref()))
 }
 
+/// `addr` or `addr:port` (`[v6]:port`) when the backend has a port of its own.
+fn with_port(addr: std::net::IpAddr, port: Option<u16>) -> String {
+    port.map_or_else(
+        || addr.to_string(),
+        |p| SocketAddr::new(addr, p).to_string(),
+    )
+}
+
 /// The explanation in words.
 fn describe(e: &Explanation, name: Option<&str>) -> String {
     let f = &e.flow;
@@ -70,15 +78,20 @@ fn describe(e: &Explanation, name: Option<&str>) -> String {
         }
         Decision::Conntrack {
             backend,
+            backend_port,
             backend_id,
             nat_port,
             ..
         } => {
             let nat = nat_port.map_or_else(String::new, |p| format!(", NAT source port {p}"));
-            format!("established: conntrack pins it to backend {backend} (id {backend_id}{nat})")
+            format!(
+                "established: conntrack pins it to backend {} (id {backend_id}{nat})",
+                with_port(*backend, *backend_port)
+            )
         }
         Decision::Table {
             backend,
+            backend_port,
             backend_id,
             hash,
             slot,
@@ -86,7 +99,8 @@ fn describe(e: &Explanation, name: Option<&str>) -> String {
             list_index,
             list_len,
         } => format!(
-            "new flow: hash {hash:#010x} -> slot {slot} of {table_size} -> list index {list_index} of {list_len} -> backend {backend} (id {backend_id})"
+            "new flow: hash {hash:#010x} -> slot {slot} of {table_size} -> list index {list_index} of {list_len} -> backend {} (id {backend_id})",
+            with_port(*backend, *backend_port)
         ),
     };
     text.push_str(&format!("decision {decision}\n"));

@@ -150,6 +150,10 @@ pub struct ServiceSpec {
     /// Weights, one per backend in `backends` order; empty means all 1. A weight of 0
     /// keeps the backend's established flows but gives it no new ones.
     pub weights: Vec<u32>,
+    /// `nat` mode: the port each backend listens on, in `backends` order, where it
+    /// differs from the VIP's (a Kubernetes target port); empty, or 0 for a backend,
+    /// keeps the VIP's port.
+    pub ports: Vec<u16>,
 }
 
 /// 16-byte form of an address as the data plane stores it (IPv4-mapped for IPv4).

@@ -122,6 +122,8 @@ pub enum Decision {
     Conntrack {
         /// The backend.
         backend: IpAddr,
+        /// `nat` mode: the backend's own port, when not the VIP's.
+        backend_port: Option<u16>,
         /// Its id.
         backend_id: u32,
         /// The service that admitted the flow.
@@ -133,6 +135,8 @@ pub enum Decision {
     Table {
         /// The backend.
         backend: IpAddr,
+        /// `nat` mode: the backend's own port, when not the VIP's.
+        backend_port: Option<u16>,
         /// Its id.
         backend_id: u32,
         /// The flow hash.
@@ -208,8 +212,10 @@ pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, Dataplane
     let decision = if mode == Some(ForwardingMode::L7) {
         Decision::PassL7
     } else if let Some(entry) = maps.flow(&key)? {
+        let b = maps.backend(entry.backend_id)?;
         Decision::Conntrack {
-            backend: from_addr16(maps.backend(entry.backend_id)?.addr),
+            backend: from_addr16(b.addr),
+            backend_port: port_of(&b),
             backend_id: entry.backend_id,
             admitted_by_service: entry.service_id,
             nat_port: (entry.nat_port_be != 0).then(|| u16::from_be(entry.nat_port_be)),
@@ -229,15 +235,19 @@ pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, Dataplane
                 slot,
                 list_index,
                 backend_id,
-            }) => Decision::Table {
-                backend: from_addr16(maps.backend(backend_id)?.addr),
-                backend_id,
-                hash,
-                slot,
-                table_size: info.table_size,
-                list_index,
-                list_len: info.list_len,
-            },
+            }) => {
+                let b = maps.backend(backend_id)?;
+                Decision::Table {
+                    backend: from_addr16(b.addr),
+                    backend_port: port_of(&b),
+                    backend_id,
+                    hash,
+                    slot,
+                    table_size: info.table_size,
+                    list_index,
+                    list_len: info.list_len,
+                }
+            }
             None => Decision::NoBackend,
         }
     };
@@ -246,6 +256,10 @@ pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, Dataplane
         service,
         decision,
     })
+}
+
+fn port_of(b: &lb_common::Backend) -> Option<u16> {
+    (b.port_be != 0).then(|| u16::from_be(b.port_be))
 }
 
 /// `addr:port/proto` of a VIP key (`[v6]:port/proto`; port `*` for all ports).

@@ -22,6 +22,7 @@ fn spec(name: &str, port: u16, mode: ForwardingMode, backends: &[IpAddr]) -> Ser
         backends: backends.to_vec(),
         table_size: None,
         weights: Vec::new(),
+        ports: Vec::new(),
     }
 }
 
@@ -102,6 +103,7 @@ fn conntrack_wins_over_the_table() {
         e.decision,
         Decision::Conntrack {
             backend: from_addr16(dp.backends[&other].addr),
+            backend_port: None,
             backend_id: other,
             admitted_by_service: 0,
             nat_port: Some(30000),

@@ -83,6 +83,7 @@ fn services() -> Vec<ServiceSpec> {
             backends: (0..3).map(|i| backend(i).0).collect(),
             table_size: None,
             weights: Vec::new(),
+            ports: Vec::new(),
         },
         ServiceSpec {
             name: "web".into(),
@@ -91,6 +92,7 @@ fn services() -> Vec<ServiceSpec> {
             backends: b4,
             table_size: None,
             weights: Vec::new(),
+            ports: Vec::new(),
         },
         ServiceSpec {
             name: "web6".into(),
@@ -99,6 +101,7 @@ fn services() -> Vec<ServiceSpec> {
             backends: b6,
             table_size: None,
             weights: Vec::new(),
+            ports: Vec::new(),
         },
     ]
 }

@@ -51,6 +51,7 @@ fn backend() -> BackendView {
         service: "web".into(),
         address: "198.18.1.1".parse().expect("addr"),
         backend_id: Some(3),
+        port: None,
         state: "fading".into(),
         weight: 2,
         effective_weight: 0.5,

@@ -123,9 +123,12 @@ impl Programmer {
             }
             let mut backends = Vec::with_capacity(info.list_len as usize);
             let mut backend_ids = Vec::with_capacity(info.list_len as usize);
+            let mut ports = Vec::with_capacity(info.list_len as usize);
             for i in 0..info.list_len {
                 let id = maps.list_entry(info.list_base + i)?;
-                let addr = from_addr16(maps.backend(id)?.addr);
+                let backend = maps.backend(id)?;
+                let addr = from_addr16(backend.addr);
+                ports.push(u16::from_be(backend.port_be));
                 self.backend_id_pool.reserve(id);
                 self.backend_ids.insert((*key, addr), id);
                 backends.push(addr);
@@ -156,6 +159,7 @@ impl Programmer {
                 // Not recoverable from the table: the first apply reprograms the
                 // service (atomically, same backend ids).
                 weights: Vec::new(),
+                ports,
             };
             self.services.insert(
                 *key,
@@ -278,7 +282,7 @@ impl Programmer {
                 .ok_or_else(|| exhausted(spec, "service ids", MAX_SERVICES))?,
         };
         let mut backend_ids = Vec::with_capacity(n);
-        for &addr in &spec.backends {
+        for (i, &addr) in spec.backends.iter().enumerate() {
             let id = match self.backend_ids.get(&(spec.key, addr)) {
                 Some(&id) => id,
                 None => {
@@ -296,6 +300,7 @@ impl Programmer {
                 Backend {
                     addr: addr16(addr),
                     flags,
+                    port_be: spec.ports.get(i).copied().unwrap_or(0).to_be(),
                     service_id,
                 },
             )?;

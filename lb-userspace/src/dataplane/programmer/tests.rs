@@ -17,6 +17,7 @@ fn spec(port: u16, backends: &[IpAddr]) -> ServiceSpec {
         backends: backends.to_vec(),
         table_size: None,
         weights: Vec::new(),
+        ports: Vec::new(),
     }
 }
 
