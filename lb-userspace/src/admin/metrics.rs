@@ -64,6 +64,25 @@ pub fn render(s: &Snapshot<'_>) -> String {
             up,
         );
     }
+    family(
+        o,
+        "lbd_source_revision",
+        "gauge",
+        "The etcd revision the node's state reflects.",
+    );
+    family(
+        o,
+        "lbd_source_rejected",
+        "gauge",
+        "Entries of a source left out (bad JSON, invalid or clashing services).",
+    );
+    for src in &s.status.sources {
+        let labels = [("kind", src.kind.as_str()), ("location", &src.location)];
+        if let Some(rev) = src.revision {
+            sample(o, "lbd_source_revision", &labels, rev as f64);
+            sample(o, "lbd_source_rejected", &labels, src.rejected.len() as f64);
+        }
+    }
 
     family(
         o,

@@ -70,12 +70,18 @@ pub struct Status {
 /// One source of services or endpoints.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SourceStatus {
-    /// `config` or `endpointslices`.
+    /// `config`, `endpointslices` or `etcd`.
     pub kind: String,
     /// The file or directory.
     pub location: String,
     /// `ok`, or what is wrong.
     pub state: String,
+    /// etcd: the revision the node's state reflects.
+    #[serde(default)]
+    pub revision: Option<i64>,
+    /// Entries left out (`key: why`); the rest is applied.
+    #[serde(default)]
+    pub rejected: Vec<String>,
 }
 
 /// The outcome of one reconcile.

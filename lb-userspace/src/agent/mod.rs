@@ -21,10 +21,14 @@ use crate::{
     },
     fade_state::FadeStarts,
     health::{Outcome, Probe, ProbeTarget},
-    sources::slicedir::{Discovered, SliceDir},
+    sources::{
+        etcd::{EtcdMessage, EtcdMirror},
+        slicedir::{Discovered, SliceDir},
+    },
     sysctl::Forwarding,
 };
 
+mod compose;
 mod specs;
 mod views;
 
@@ -84,7 +88,14 @@ pub enum AgentError {
 pub struct Agent {
     dataplane: KernelDataplane,
     programmer: Programmer,
+    /// What runs: the file's services plus etcd's.
     config: ValidConfig,
+    /// The config file as loaded.
+    file: ValidConfig,
+    /// The etcd prefix's contents, if `node.etcd` is set.
+    etcd: Option<EtcdMirror>,
+    /// etcd services left out (invalid, or clashing with another), with why.
+    etcd_rejected: Vec<(String, String)>,
     ifindex: u32,
     forwarding: Vec<Forwarding>,
     /// Backends removed by a reload whose established flows may still run.
@@ -143,10 +154,17 @@ impl Agent {
         if let Some(d) = &mut slices {
             d.scan();
         }
-        let discovered = slices
+        let etcd = config
+            .node
+            .etcd
             .as_ref()
-            .map(SliceDir::discovered)
-            .unwrap_or_default();
+            .map(|e| EtcdMirror::new(&e.prefix));
+        if etcd.is_some() {
+            // Services adopted from the pinned maps may come from etcd: keep them
+            // until etcd has been heard from.
+            programmer.keep_unlisted(true);
+        }
+        let discovered = compose::discover(slices.as_ref(), etcd.as_ref());
         let (specs, fading) = specs_at(
             &config,
             &discovered,
@@ -183,7 +201,10 @@ impl Agent {
         Ok(Self {
             dataplane,
             programmer,
+            file: config.clone(),
             config,
+            etcd,
+            etcd_rejected: Vec::new(),
             ifindex,
             forwarding,
             drained: Vec::new(),
@@ -216,6 +237,8 @@ impl Agent {
             );
             config.node = self.config.node.clone();
         }
+        let file = config;
+        let (config, rejected) = compose::compose(&file, self.etcd.as_ref());
         let (specs, fading) = specs_at(
             &config,
             &self.discovered,
@@ -226,6 +249,8 @@ impl Agent {
         save_starts(&mut self.starts);
         let report = self.reprogram(specs, fading, "reload")?;
         self.config = config;
+        self.file = file;
+        self.note_rejected(rejected);
         Ok(report)
     }
 
@@ -238,11 +263,7 @@ impl Agent {
     pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
         let mut rebuilt = false;
         if self.slices.as_mut().is_some_and(SliceDir::scan) {
-            self.discovered = self
-                .slices
-                .as_ref()
-                .map(SliceDir::discovered)
-                .unwrap_or_default();
+            self.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
             let (specs, fading) = self.specs_now(now);
             save_starts(&mut self.starts);
             let report = self.reprogram(specs, fading, "endpointslices")?;
@@ -267,6 +288,80 @@ impl Agent {
         self.reprogram(specs, fading, "fade-in")?;
         self.fade_rebuilds += 1;
         Ok(true)
+    }
+
+    /// Applies what the etcd watcher reported (in order) and, if services or slices
+    /// changed, reprograms once. Returns the report if it reprogrammed.
+    ///
+    /// # Errors
+    /// A data-plane failure; the next change retries.
+    pub fn etcd_apply(
+        &mut self,
+        messages: Vec<EtcdMessage>,
+        now: SystemTime,
+    ) -> Result<Option<ApplyReport>, AgentError> {
+        let Some(mirror) = self.etcd.as_mut() else {
+            return Ok(None);
+        };
+        let mut changed = false;
+        let mut synced = false;
+        for msg in messages {
+            synced |= matches!(msg, EtcdMessage::Snapshot { .. });
+            match &msg {
+                EtcdMessage::Down { error } if mirror.down.is_none() => {
+                    log::error!(
+                        "etcd unreachable, keeping the last state (revision {}): {error}",
+                        mirror.revision
+                    );
+                }
+                EtcdMessage::Snapshot { revision, .. }
+                    if mirror.down.is_some() || mirror.revision == 0 =>
+                {
+                    log::info!(
+                        "etcd: listed {} at revision {revision}",
+                        self.file
+                            .node
+                            .etcd
+                            .as_ref()
+                            .map_or("", |e| e.prefix.as_str())
+                    );
+                }
+                _ => {}
+            }
+            changed |= mirror.apply(msg);
+        }
+        if synced {
+            self.programmer.keep_unlisted(false);
+        }
+        if !changed && !synced {
+            return Ok(None);
+        }
+        let (config, rejected) = compose::compose(&self.file, self.etcd.as_ref());
+        self.config = config;
+        self.note_rejected(rejected);
+        self.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
+        let (specs, fading) = self.specs_now(now);
+        save_starts(&mut self.starts);
+        self.reprogram(specs, fading, "etcd").map(Some)
+    }
+
+    fn note_rejected(&mut self, rejected: Vec<(String, String)>) {
+        for (key, why) in &rejected {
+            if !self.etcd_rejected.iter().any(|(k, w)| k == key && w == why) {
+                log::error!("etcd key {key}: {why} (ignored)");
+            }
+        }
+        self.etcd_rejected = rejected;
+    }
+
+    /// The etcd mirror, if `node.etcd` is set.
+    pub fn etcd(&self) -> Option<&EtcdMirror> {
+        self.etcd.as_ref()
+    }
+
+    /// etcd services left out, with why.
+    pub fn etcd_rejected(&self) -> &[(String, String)] {
+        &self.etcd_rejected
     }
 
     /// Programs `specs` (see [`Agent::reprogram_now`]) and records the reconcile's

@@ -148,12 +148,39 @@ impl Agent {
                 || "ok".into(),
                 |e| format!("rejected, running the last good config: {e}"),
             ),
+            revision: None,
+            rejected: Vec::new(),
         }];
         if let Some(dir) = &self.slices {
             out.push(SourceStatus {
                 kind: "endpointslices".into(),
                 location: self.config.node.endpointslice_dir.clone(),
                 state: dir.problem().unwrap_or_else(|| "ok".into()),
+                revision: None,
+                rejected: Vec::new(),
+            });
+        }
+        if let (Some(mirror), Some(settings)) = (&self.etcd, &self.config.node.etcd) {
+            let state = match (&mirror.down, mirror.revision) {
+                (Some(e), _) => format!("degraded, keeping the last state: {e}"),
+                (None, 0) => "connecting".into(),
+                (None, _) => "ok".into(),
+            };
+            let mut rejected: Vec<String> = mirror
+                .rejected()
+                .map(|(k, why)| format!("{k}: {why}"))
+                .collect();
+            rejected.extend(
+                self.etcd_rejected
+                    .iter()
+                    .map(|(k, why)| format!("{k}: {why}")),
+            );
+            out.push(SourceStatus {
+                kind: "etcd".into(),
+                location: format!("{} {}", settings.endpoints.join(","), settings.prefix),
+                state,
+                revision: Some(mirror.revision),
+                rejected,
             });
         }
         out

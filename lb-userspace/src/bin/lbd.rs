@@ -130,6 +130,13 @@ fn run_until_shutdown(
         };
         let (queries, mut asked) = tokio::sync::mpsc::channel(64);
         let _socket = serve_admin(agent, queries).await;
+        let (etcd_tx, mut etcd_rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(settings) = agent.config().node.etcd.clone() {
+            log::info!("watching etcd {} under {}", settings.endpoints.join(","), settings.prefix);
+            tokio::spawn(lb_userspace::sources::etcd::run(settings, etcd_tx));
+        } else {
+            drop(etcd_tx);
+        }
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
@@ -140,6 +147,27 @@ fn run_until_shutdown(
                     file = FileStamp::of(path);
                     meta.reloaded(reload(agent, path));
                     prober.sync(agent.probe_targets(), &reports);
+                }
+                Some(first) = etcd_rx.recv() => {
+                    // Everything already queued is applied with one reprogram.
+                    let mut batch = vec![first];
+                    while let Ok(more) = etcd_rx.try_recv() {
+                        batch.push(more);
+                    }
+                    match agent.etcd_apply(batch, std::time::SystemTime::now()) {
+                        Ok(Some(report)) => {
+                            log::info!(
+                                "etcd revision {}: {} services programmed, {} unchanged, {} removed",
+                                agent.etcd().map_or(0, |e| e.revision),
+                                report.programmed,
+                                report.unchanged,
+                                report.removed
+                            );
+                            prober.sync(agent.probe_targets(), &reports);
+                        }
+                        Ok(None) => {}
+                        Err(err) => log::error!("applying etcd changes failed, retrying with the next change: {err}"),
+                    }
                 }
                 Some((query, reply)) = asked.recv() => {
                     let _ = reply.send(lb_userspace::admin::answer::answer(agent, &meta, &query));

@@ -45,10 +45,16 @@ pub fn run(ctx: &Context) -> Outcome {
             ("fade-in rebuilds", s.fade_in_rebuilds.to_string()),
         ];
         for src in &s.sources {
+            let revision = src
+                .revision
+                .map_or_else(String::new, |r| format!(", revision {r}"));
             lines.push((
                 "source",
-                format!("{} {} ({})", src.kind, src.location, src.state),
+                format!("{} {} ({}{revision})", src.kind, src.location, src.state),
             ));
+            for r in &src.rejected {
+                lines.push(("  rejected", r.clone()));
+            }
         }
         let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         lines

@@ -8,8 +8,9 @@ use std::{collections::HashSet, path::Path};
 
 pub use error::ConfigError;
 pub use model::{
-    BackendConfig, Config, DurationText, EndpointSlicesConfig, FadeInConfig, ForwardingModeConfig,
-    HealthCheckConfig, HealthCheckKind, NodeConfig, PortSpec, Protocol, ServiceConfig, XdpMode,
+    BackendConfig, Config, DurationText, EndpointSlicesConfig, EtcdConfig, FadeInConfig,
+    ForwardingModeConfig, HealthCheckConfig, HealthCheckKind, NodeConfig, PortSpec, Protocol,
+    ServiceConfig, XdpMode,
 };
 
 /// A validated configuration.
@@ -88,155 +89,8 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
                 ),
             ));
         }
-        if svc.backends.len() > lb_common::maps::MAX_BACKENDS_PER_SERVICE as usize {
-            return Err(invalid(
-                span,
-                at("backends"),
-                format!(
-                    "{} backends; at most {} are supported per service",
-                    svc.backends.len(),
-                    lb_common::maps::MAX_BACKENDS_PER_SERVICE
-                ),
-            ));
-        }
-        if let Some(m) = svc.table_size
-            && (!crate::maglev::is_prime(m)
-                || m as usize <= svc.backends.len()
-                || m > lb_common::maps::MAX_TABLE_SIZE)
-        {
-            return Err(invalid(
-                span,
-                at("table_size"),
-                format!(
-                    "{m} must be a prime above the backend count ({}) and at most {}",
-                    svc.backends.len(),
-                    lb_common::maps::MAX_TABLE_SIZE
-                ),
-            ));
-        }
-        let mut seen_backends = HashSet::new();
-        for (j, b) in svc.backends.iter().enumerate() {
-            if svc.mode != ForwardingModeConfig::L7 && b.address.is_ipv6() != svc.vip.is_ipv6() {
-                return Err(invalid(
-                    span.clone(),
-                    at(&format!("backends[{j}].address")),
-                    format!(
-                        "{} is not of the VIP's address family (dsr and nat keep the family)",
-                        b.address
-                    ),
-                ));
-            }
-            if b.address.is_unspecified()
-                || b.address.is_multicast()
-                || b.address == std::net::Ipv4Addr::BROADCAST
-            {
-                return Err(invalid(
-                    span.clone(),
-                    at(&format!("backends[{j}].address")),
-                    format!("{} is not a usable backend address", b.address),
-                ));
-            }
-            if b.weight > 10_000 {
-                return Err(invalid(
-                    span.clone(),
-                    at(&format!("backends[{j}].weight")),
-                    format!("{} is above the maximum of 10000", b.weight),
-                ));
-            }
-            if !seen_backends.insert(b.address) {
-                return Err(invalid(
-                    span.clone(),
-                    at(&format!("backends[{j}].address")),
-                    format!("duplicate backend {}", b.address),
-                ));
-            }
-        }
-        if let Some(fade) = &svc.fade_in {
-            let window = fade
-                .window
-                .parse()
-                .map_err(|e| invalid(span.clone(), at("fade_in.window"), e))?;
-            if window.is_zero() {
-                return Err(invalid(
-                    span,
-                    at("fade_in.window"),
-                    "must be longer than 0".into(),
-                ));
-            }
-            if !(fade.exponent.is_finite() && fade.exponent > 0.0) {
-                return Err(invalid(
-                    span,
-                    at("fade_in.exponent"),
-                    format!("{} must be a positive number", fade.exponent),
-                ));
-            }
-            if !(fade.min_weight > 0.0 && fade.min_weight <= 1.0) {
-                return Err(invalid(
-                    span,
-                    at("fade_in.min_weight"),
-                    format!("{} must be in (0, 1]", fade.min_weight),
-                ));
-            }
-        }
-        if svc.endpoint_slices.is_some() {
-            if raw.node.endpointslice_dir.is_empty() {
-                return Err(invalid(
-                    span,
-                    at("endpoint_slices"),
-                    "needs node.endpointslice_dir".into(),
-                ));
-            }
-            if !svc.backends.is_empty() {
-                return Err(invalid(
-                    span,
-                    at("endpoint_slices"),
-                    "use either backends or endpoint_slices, not both".into(),
-                ));
-            }
-        }
-        if let Some(hc) = &svc.health_check {
-            if hc.port.is_none() && svc.port == PortSpec::All {
-                return Err(invalid(
-                    span,
-                    at("health_check.port"),
-                    "required for an all-ports service".into(),
-                ));
-            }
-            for (name, d) in [("interval", &hc.interval), ("timeout", &hc.timeout)] {
-                let d = d
-                    .parse()
-                    .map_err(|e| invalid(span.clone(), at(&format!("health_check.{name}")), e))?;
-                if d.is_zero() {
-                    return Err(invalid(
-                        span,
-                        at(&format!("health_check.{name}")),
-                        "must be longer than 0".into(),
-                    ));
-                }
-            }
-            if hc.rise == 0 || hc.fall == 0 {
-                return Err(invalid(
-                    span,
-                    at("health_check"),
-                    "rise and fall must be at least 1".into(),
-                ));
-            }
-        }
-        if svc.mode == ForwardingModeConfig::Nat
-            && !raw
-                .node
-                .nat_addresses
-                .iter()
-                .any(|a| a.is_ipv6() == svc.vip.is_ipv6())
-        {
-            return Err(invalid(
-                span,
-                at("mode"),
-                format!(
-                    "nat needs a node.nat_addresses entry of the VIP's family ({})",
-                    if svc.vip.is_ipv6() { "IPv6" } else { "IPv4" }
-                ),
-            ));
+        if let Err((field, problem)) = check_service(&svc, &raw.node) {
+            return Err(invalid(span, at(&field), problem));
         }
         services.push(svc);
     }
@@ -272,6 +126,11 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
             format!("{metrics:?} is not an address:port such as 127.0.0.1:9470"),
         ));
     }
+    if let Some(etcd) = &raw.node.etcd {
+        if let Err(problem) = check_etcd(etcd) {
+            return Err(node_invalid("etcd", problem));
+        }
+    }
     if services.len() > lb_common::maps::MAX_SERVICES as usize {
         return Err(ConfigError::Invalid {
             file: file.to_owned(),
@@ -295,6 +154,176 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
         node: raw.node,
         services,
     })
+}
+
+/// The checks one service must pass beyond its schema, against the node settings:
+/// `Err((field, problem))` with the field relative to the service. Used for the
+/// config file and for services from etcd alike.
+pub fn check_service(svc: &ServiceConfig, node: &NodeConfig) -> Result<(), (String, String)> {
+    let fail = |field: String, problem: String| (field, problem);
+    if svc.backends.len() > lb_common::maps::MAX_BACKENDS_PER_SERVICE as usize {
+        return Err(fail(
+            "backends".into(),
+            format!(
+                "{} backends; at most {} are supported per service",
+                svc.backends.len(),
+                lb_common::maps::MAX_BACKENDS_PER_SERVICE
+            ),
+        ));
+    }
+    if let Some(m) = svc.table_size
+        && (!crate::maglev::is_prime(m)
+            || m as usize <= svc.backends.len()
+            || m > lb_common::maps::MAX_TABLE_SIZE)
+    {
+        return Err(fail(
+            "table_size".into(),
+            format!(
+                "{m} must be a prime above the backend count ({}) and at most {}",
+                svc.backends.len(),
+                lb_common::maps::MAX_TABLE_SIZE
+            ),
+        ));
+    }
+    let mut seen_backends = HashSet::new();
+    for (j, b) in svc.backends.iter().enumerate() {
+        if svc.mode != ForwardingModeConfig::L7 && b.address.is_ipv6() != svc.vip.is_ipv6() {
+            return Err(fail(
+                format!("backends[{j}].address"),
+                format!(
+                    "{} is not of the VIP's address family (dsr and nat keep the family)",
+                    b.address
+                ),
+            ));
+        }
+        if b.address.is_unspecified()
+            || b.address.is_multicast()
+            || b.address == std::net::Ipv4Addr::BROADCAST
+        {
+            return Err(fail(
+                format!("backends[{j}].address"),
+                format!("{} is not a usable backend address", b.address),
+            ));
+        }
+        if b.weight > 10_000 {
+            return Err(fail(
+                format!("backends[{j}].weight"),
+                format!("{} is above the maximum of 10000", b.weight),
+            ));
+        }
+        if !seen_backends.insert(b.address) {
+            return Err(fail(
+                format!("backends[{j}].address"),
+                format!("duplicate backend {}", b.address),
+            ));
+        }
+    }
+    if let Some(fade) = &svc.fade_in {
+        let window = fade
+            .window
+            .parse()
+            .map_err(|e| fail("fade_in.window".into(), e))?;
+        if window.is_zero() {
+            return Err(fail(
+                "fade_in.window".into(),
+                "must be longer than 0".into(),
+            ));
+        }
+        if !(fade.exponent.is_finite() && fade.exponent > 0.0) {
+            return Err(fail(
+                "fade_in.exponent".into(),
+                format!("{} must be a positive number", fade.exponent),
+            ));
+        }
+        if !(fade.min_weight > 0.0 && fade.min_weight <= 1.0) {
+            return Err(fail(
+                "fade_in.min_weight".into(),
+                format!("{} must be in (0, 1]", fade.min_weight),
+            ));
+        }
+    }
+    if svc.endpoint_slices.is_some() {
+        if node.endpointslice_dir.is_empty() && node.etcd.is_none() {
+            return Err(fail(
+                "endpoint_slices".into(),
+                "needs node.endpointslice_dir or node.etcd".into(),
+            ));
+        }
+        if !svc.backends.is_empty() {
+            return Err(fail(
+                "endpoint_slices".into(),
+                "use either backends or endpoint_slices, not both".into(),
+            ));
+        }
+    }
+    if let Some(hc) = &svc.health_check {
+        if hc.port.is_none() && svc.port == PortSpec::All {
+            return Err(fail(
+                "health_check.port".into(),
+                "required for an all-ports service".into(),
+            ));
+        }
+        for (name, d) in [("interval", &hc.interval), ("timeout", &hc.timeout)] {
+            let d = d
+                .parse()
+                .map_err(|e| fail(format!("health_check.{name}"), e))?;
+            if d.is_zero() {
+                return Err(fail(
+                    format!("health_check.{name}"),
+                    "must be longer than 0".into(),
+                ));
+            }
+        }
+        if hc.rise == 0 || hc.fall == 0 {
+            return Err(fail(
+                "health_check".into(),
+                "rise and fall must be at least 1".into(),
+            ));
+        }
+    }
+    if svc.mode == ForwardingModeConfig::Nat
+        && !node
+            .nat_addresses
+            .iter()
+            .any(|a| a.is_ipv6() == svc.vip.is_ipv6())
+    {
+        return Err(fail(
+            "mode".into(),
+            format!(
+                "nat needs a node.nat_addresses entry of the VIP's family ({})",
+                if svc.vip.is_ipv6() { "IPv6" } else { "IPv4" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_etcd(etcd: &EtcdConfig) -> Result<(), String> {
+    if etcd.endpoints.is_empty() {
+        return Err("endpoints must name at least one etcd client URL".into());
+    }
+    if let Some(bad) = etcd
+        .endpoints
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+    {
+        return Err(format!(
+            "endpoint {bad:?} must start with http:// or https://"
+        ));
+    }
+    if !etcd.prefix.starts_with('/') || etcd.prefix.len() < 2 || etcd.prefix.ends_with('/') {
+        return Err(format!(
+            "prefix {:?} must look like /name (no trailing /)",
+            etcd.prefix
+        ));
+    }
+    if etcd.username.is_empty() != etcd.password_file.is_empty() {
+        return Err("username and password_file go together".into());
+    }
+    if etcd.cert_file.is_empty() != etcd.key_file.is_empty() {
+        return Err("cert_file and key_file go together".into());
+    }
+    Ok(())
 }
 
 /// 1-based line and column of a byte offset.

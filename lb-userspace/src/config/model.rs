@@ -64,6 +64,44 @@ pub struct NodeConfig {
     /// loopback or management address). An empty string disables it.
     #[serde(default = "default_metrics_address")]
     pub metrics_address: String,
+    /// Services and EndpointSlices from an etcd prefix, for fleets of nodes fed from
+    /// one source of truth (`[node.etcd]`); none by default.
+    #[serde(default)]
+    pub etcd: Option<EtcdConfig>,
+}
+
+/// `[node.etcd]`: where the fleet's services and endpoints live.
+///
+/// Keys: `<prefix>/services/<name>` holds a service as JSON (the schema of a
+/// `[[service]]` table); `<prefix>/endpointslices/<service>/<slice>` holds a
+/// Kubernetes EndpointSlice as JSON.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdConfig {
+    /// Client URLs, e.g. `["https://10.0.0.5:2379"]`.
+    pub endpoints: Vec<String>,
+    /// The key prefix (default `/lb`).
+    #[serde(default = "default_etcd_prefix")]
+    pub prefix: String,
+    /// User for etcd authentication (empty: none).
+    #[serde(default)]
+    pub username: String,
+    /// File holding the user's password (read at start; never logged).
+    #[serde(default)]
+    pub password_file: String,
+    /// CA certificate (PEM) to verify the servers: enables TLS.
+    #[serde(default)]
+    pub ca_file: String,
+    /// Client certificate (PEM) for mutual TLS, with `key_file`.
+    #[serde(default)]
+    pub cert_file: String,
+    /// Client key (PEM) for mutual TLS.
+    #[serde(default)]
+    pub key_file: String,
+}
+
+fn default_etcd_prefix() -> String {
+    "/lb".into()
 }
 
 fn default_admin_socket() -> String {

@@ -141,22 +141,32 @@ impl SliceDir {
 
     /// Backends and creation times of everything held.
     pub fn discovered(&self) -> Discovered {
-        let slices = || self.files.values().flat_map(|(_, p)| &p.slices);
-        let mut created: HashMap<ServiceKey, HashMap<IpAddr, SystemTime>> = HashMap::new();
-        for s in slices() {
-            let Some(t) = s.created else { continue };
-            let per = created
-                .entry((s.namespace.clone(), s.service.clone()))
-                .or_default();
-            for ep in &s.endpoints {
-                let slot = per.entry(ep.addr).or_insert(t);
-                *slot = (*slot).max(t);
-            }
+        discovered_from(self.held())
+    }
+
+    /// Every slice held, by reference.
+    pub fn held(&self) -> impl Iterator<Item = &Slice> + Clone {
+        self.files.values().flat_map(|(_, p)| &p.slices)
+    }
+}
+
+/// Backends and creation times (the latest slice creation time per backend) of
+/// `slices`, from whichever sources they came.
+pub fn discovered_from<'a>(slices: impl Iterator<Item = &'a Slice> + Clone) -> Discovered {
+    let mut created: HashMap<ServiceKey, HashMap<IpAddr, SystemTime>> = HashMap::new();
+    for s in slices.clone() {
+        let Some(t) = s.created else { continue };
+        let per = created
+            .entry((s.namespace.clone(), s.service.clone()))
+            .or_default();
+        for ep in &s.endpoints {
+            let slot = per.entry(ep.addr).or_insert(t);
+            *slot = (*slot).max(t);
         }
-        Discovered {
-            backends: backends(slices()),
-            created,
-        }
+    }
+    Discovered {
+        backends: backends(slices),
+        created,
     }
 }
 

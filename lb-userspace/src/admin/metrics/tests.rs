@@ -16,6 +16,8 @@ fn status() -> Status {
             kind: "endpointslices".into(),
             location: "/var/run/\"slices\"".into(),
             state: "rejected a.yaml: bad".into(),
+            revision: Some(42),
+            rejected: vec!["k: bad".into()],
         }],
         reconciles: 3,
         last_reconcile: Some(ReconcileRecord {
@@ -93,6 +95,8 @@ fn renders_counters_gauges_labels_and_histogram() {
         "lbd_backend_healthy{service=\"web\",vip=\"198.18.0.100:80/tcp\",backend=\"198.18.1.1\"} 0",
         "lbd_source_up{kind=\"endpointslices\",location=\"/var/run/\\\"slices\\\"\"} 0",
         "lbd_conntrack_entries 7",
+        "lbd_source_revision{kind=\"endpointslices\",location=\"/var/run/\\\"slices\\\"\"} 42",
+        "lbd_source_rejected{kind=\"endpointslices\",location=\"/var/run/\\\"slices\\\"\"} 1",
         "lbd_last_reconcile_success 0",
         "lbd_reconcile_duration_seconds_bucket{le=\"0.005\"} 1",
         "lbd_reconcile_duration_seconds_bucket{le=\"0.25\"} 2",

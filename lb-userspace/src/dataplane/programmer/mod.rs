@@ -72,6 +72,8 @@ pub struct Programmer {
     /// VIP addresses whose echo requests XDP answers.
     echo: BTreeSet<[u8; 16]>,
     answer_ping: bool,
+    /// Leave services that `apply` is not given alone (see [`Programmer::keep_unlisted`]).
+    keep_unlisted: bool,
 }
 
 impl Default for Programmer {
@@ -85,6 +87,7 @@ impl Default for Programmer {
             tables: RegionPool::new(TABLE_CHUNKS * TABLE_CHUNK_SLOTS, TABLE_CHUNK_SLOTS),
             echo: BTreeSet::new(),
             answer_ping: true,
+            keep_unlisted: false,
         }
     }
 }
@@ -95,6 +98,13 @@ impl Programmer {
     /// never answered here: the node's stack owns them.
     pub fn set_answer_ping(&mut self, on: bool) {
         self.answer_ping = on;
+    }
+
+    /// While on, [`Programmer::apply`] programs what it is given but removes nothing:
+    /// a restarted agent whose services partly come from a source it has not heard
+    /// from yet (etcd) must not delete them — their established flows would break.
+    pub fn keep_unlisted(&mut self, on: bool) {
+        self.keep_unlisted = on;
     }
 
     /// The programmed state of a service.
@@ -199,12 +209,16 @@ impl Programmer {
             self.program(ops, spec, now)?;
             report.programmed += 1;
         }
-        let stale: Vec<VipKey> = self
-            .services
-            .keys()
-            .filter(|k| !specs.iter().any(|s| s.key == **k))
-            .copied()
-            .collect();
+        let listed: std::collections::HashSet<VipKey> = specs.iter().map(|s| s.key).collect();
+        let stale: Vec<VipKey> = if self.keep_unlisted {
+            Vec::new()
+        } else {
+            self.services
+                .keys()
+                .filter(|k| !listed.contains(*k))
+                .copied()
+                .collect()
+        };
         for key in stale {
             ops.delete_vip(&key)?;
             if let Some(old) = self.services.remove(&key) {
@@ -229,6 +243,10 @@ impl Programmer {
         };
         for addr in want.difference(&self.echo) {
             ops.put_echo_addr(*addr)?;
+        }
+        if self.keep_unlisted {
+            self.echo.extend(want);
+            return Ok(report);
         }
         for addr in self.echo.difference(&want) {
             ops.delete_echo_addr(*addr)?;
