@@ -5,6 +5,7 @@
 //! when a test panics. Nothing touches the host's own interfaces. Addresses come from
 //! 198.18.0.0/15.
 
+pub mod etcd;
 pub mod fixture;
 pub mod lbd;
 pub mod netns;

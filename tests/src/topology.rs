@@ -118,7 +118,7 @@ impl Topology {
 }
 
 /// Connects `host` to the bridge with a veth pair: `eth0` in the host, `port` in the switch.
-fn plug(switch: &Netns, host: &Netns, port: &str, addr: Ipv4Addr, addr6: Ipv6Addr) {
+pub fn plug(switch: &Netns, host: &Netns, port: &str, addr: Ipv4Addr, addr6: Ipv6Addr) {
     switch.ip(&[
         "link",
         "add",

@@ -10,8 +10,16 @@ use anyhow::{Context as _, Result, bail};
 use crate::cmd::{self, output, succeeds};
 
 /// Debian packages: LLVM 22 for bpf-linker (must match nightly rustc's LLVM major),
-/// iproute2 and ethtool for the network-namespace tests and the demo.
-const APT_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev", "iproute2", "ethtool"];
+/// iproute2 and ethtool for the network-namespace tests and the demo, protoc for the
+/// etcd client's generated code, and etcd itself for the fleet tests and benchmark.
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "iproute2",
+    "ethtool",
+    "protobuf-compiler",
+    "etcd-server",
+];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 

@@ -70,3 +70,47 @@ pub fn discover(dir: Option<&SliceDir>, etcd: Option<&EtcdMirror>) -> Discovered
     let from_etcd = etcd.into_iter().flat_map(EtcdMirror::slices);
     crate::sources::slicedir::discovered_from(from_dir.chain(from_etcd))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::etcd::EtcdMessage;
+
+    #[test]
+    fn etcd_services_follow_the_files_and_clashes_are_left_out() {
+        let file = crate::config::parse(
+            "[node]\ninterface = \"eth0\"\n[node.etcd]\nendpoints = [\"http://e:2379\"]\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nbackends = [{ address = \"198.18.0.11\" }]\n",
+            "t",
+        )
+        .expect("valid");
+        let svc = |name: &str, port: u16| {
+            format!("{{\"name\":\"{name}\",\"vip\":\"198.18.100.1\",\"port\":{port},\"backends\":[{{\"address\":\"198.18.0.12\"}}]}}").into_bytes()
+        };
+        let mut mirror = EtcdMirror::new("/lb");
+        mirror.apply(EtcdMessage::Snapshot {
+            revision: 3,
+            kvs: vec![
+                ("/lb/services/web".into(), svc("web", 81)),
+                ("/lb/services/b".into(), svc("b", 80)),
+                ("/lb/services/a".into(), svc("a", 82)),
+                ("/lb/services/c".into(), svc("c", 0)),
+            ],
+        });
+        let (config, rejected) = compose(&file, Some(&mirror));
+        let names: Vec<&str> = config.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["web", "a"], "file first, then etcd in key order");
+        let why: Vec<String> = rejected.iter().map(|(k, w)| format!("{k}: {w}")).collect();
+        assert!(
+            why[0].starts_with("/lb/services/b: 198.18.100.1:80/tcp is already served"),
+            "{why:?}"
+        );
+        assert!(
+            why.iter()
+                .any(|w| w.starts_with("/lb/services/web: service name \"web\" is already used")),
+            "{why:?}"
+        );
+        assert_eq!(why.len(), 2, "{why:?}");
+        let bad: Vec<&str> = mirror.rejected().map(|(k, _)| k).collect();
+        assert_eq!(bad, ["/lb/services/c"], "port 0 does not even parse");
+    }
+}

@@ -126,10 +126,10 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
             format!("{metrics:?} is not an address:port such as 127.0.0.1:9470"),
         ));
     }
-    if let Some(etcd) = &raw.node.etcd {
-        if let Err(problem) = check_etcd(etcd) {
-            return Err(node_invalid("etcd", problem));
-        }
+    if let Some(etcd) = &raw.node.etcd
+        && let Err(problem) = check_etcd(etcd)
+    {
+        return Err(node_invalid("etcd", problem));
     }
     if services.len() > lb_common::maps::MAX_SERVICES as usize {
         return Err(ConfigError::Invalid {

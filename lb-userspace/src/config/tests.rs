@@ -322,3 +322,39 @@ fn admin_socket_and_metrics_defaults_and_errors() {
         err(&bad)
     );
 }
+
+#[test]
+fn etcd_settings_are_checked() {
+    let with = |etcd: &str| {
+        GOOD.replace(
+            "xdp_mode = \"generic\"\n",
+            &format!("xdp_mode = \"generic\"\n{etcd}\n"),
+        )
+    };
+    let ok = with("etcd = { endpoints = [\"http://198.18.0.5:2379\"] }");
+    let cfg = parse(&ok, "lbd.toml").expect("valid");
+    let etcd = cfg.node.etcd.expect("etcd");
+    assert_eq!((etcd.prefix.as_str(), etcd.username.as_str()), ("/lb", ""));
+    for (bad, why) in [
+        ("etcd = { endpoints = [] }", "at least one etcd client URL"),
+        (
+            "etcd = { endpoints = [\"198.18.0.5:2379\"] }",
+            "must start with http://",
+        ),
+        (
+            "etcd = { endpoints = [\"http://e:2379\"], prefix = \"lb/\" }",
+            "must look like /name",
+        ),
+        (
+            "etcd = { endpoints = [\"http://e:2379\"], username = \"lb\" }",
+            "username and password_file go together",
+        ),
+        (
+            "etcd = { endpoints = [\"http://e:2379\"], cert_file = \"c.pem\" }",
+            "cert_file and key_file go together",
+        ),
+    ] {
+        let e = err(&with(bad));
+        assert!(e.contains("node.etcd: ") && e.contains(why), "{bad}: {e}");
+    }
+}

@@ -313,3 +313,24 @@ fn the_digest_of_what_the_maps_hold_matches_the_model() {
         "a weight change changes the digest"
     );
 }
+
+#[test]
+fn keep_unlisted_programs_but_removes_nothing() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let now = Instant::now();
+    p.apply(&mut dp, &[spec(80, &[v4(11)]), spec(81, &[v4(12)])], now)
+        .expect("apply");
+    p.keep_unlisted(true);
+    let report = p
+        .apply(&mut dp, &[spec(80, &[v4(13)])], now)
+        .expect("apply");
+    assert_eq!((report.programmed, report.removed), (1, 0));
+    assert_eq!(dp.vips.len(), 2, "81 stays while its source is unknown");
+    p.keep_unlisted(false);
+    let report = p
+        .apply(&mut dp, &[spec(80, &[v4(13)])], now)
+        .expect("apply");
+    assert_eq!(report.removed, 1);
+    assert_eq!(dp.vips.len(), 1);
+}
