@@ -5,11 +5,13 @@
 //! when a test panics. Nothing touches the host's own interfaces. Addresses come from
 //! 198.18.0.0/15.
 
+pub mod benchkit;
 pub mod etcd;
 pub mod fixture;
 pub mod lbd;
 pub mod netns;
 pub mod packet;
+pub mod shape;
 pub mod topology;
 pub mod traffic;
 

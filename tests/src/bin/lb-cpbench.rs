@@ -16,12 +16,10 @@
 //! Figures are reported, never asserted: the machines are shared and noisy.
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
     fmt::Write as _,
     net::{IpAddr, Ipv4Addr},
     path::Path,
     process::{Command, ExitCode},
-    sync::atomic::{AtomicU64, Ordering::Relaxed},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -37,164 +35,13 @@ use lb_userspace::{
     sources::slicedir::SliceDir,
 };
 
-/// Counts every allocation (and the growth of every reallocation) on top of the
-/// system allocator.
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged;
-// the counters are plain atomics and never affect the returned memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Relaxed);
-        BYTES.fetch_add(new_size.saturating_sub(layout.size()) as u64, Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use lb_testbed::{
+    benchkit::{Cost, Counting, peak_rss},
+    shape::{ENDPOINTS, SERVICES, backend, slice_yaml, vip},
+};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-const SERVICES: usize = 1000;
-const ENDPOINTS: usize = 30;
-/// When every slice was created: long ago, so nothing fades after a cold sync.
-const CREATED: &str = "2026-11-01T08:00:00Z";
-
-/// Wall time, CPU time and allocations over a piece of work.
-#[derive(Clone, Copy, Debug)]
-struct Cost {
-    wall: Duration,
-    cpu: Duration,
-    allocs: u64,
-    bytes: u64,
-}
-
-impl Cost {
-    fn measure<T>(work: impl FnOnce() -> T) -> (T, Cost) {
-        let (a0, b0, c0, t0) = (
-            ALLOCS.load(Relaxed),
-            BYTES.load(Relaxed),
-            cpu_time(),
-            Instant::now(),
-        );
-        let out = work();
-        let cost = Cost {
-            wall: t0.elapsed(),
-            cpu: cpu_time().saturating_sub(c0),
-            allocs: ALLOCS.load(Relaxed) - a0,
-            bytes: BYTES.load(Relaxed) - b0,
-        };
-        (out, cost)
-    }
-
-    fn line(&self, what: &str) -> String {
-        format!(
-            "{what:<44} wall {:>9.3} ms  cpu {:>9.3} ms  {:>9} allocs  {:>9.2} MB",
-            ms(self.wall),
-            ms(self.cpu),
-            self.allocs,
-            self.bytes as f64 / 1e6
-        )
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// User + system CPU time of this process.
-fn cpu_time() -> Duration {
-    let u = rusage();
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-/// Peak resident set size of this process, in bytes.
-fn peak_rss() -> u64 {
-    rusage().ru_maxrss as u64 * 1024
-}
-
-fn rusage() -> libc::rusage {
-    // SAFETY: getrusage writes a whole `rusage` into the zeroed value we pass.
-    unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u
-    }
-}
-
-fn backend(service: usize, endpoint: usize) -> Ipv4Addr {
-    let n = (service * ENDPOINTS + endpoint + 1) as u32;
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + n)
-}
-
-fn vip(service: usize) -> Ipv4Addr {
-    Ipv4Addr::new(198, 19, (service >> 8) as u8, (service & 0xff) as u8)
-}
-
-/// A uid-shaped string, deterministic per input.
-fn uid(a: usize, b: usize) -> String {
-    format!(
-        "{a:08x}-{b:04x}-4{:03x}-8{:03x}-{:012x}",
-        b % 4096,
-        a % 4096,
-        a * 31 + b
-    )
-}
-
-/// One service's EndpointSlice as the API server prints it. `shift` replaces the
-/// address of endpoint 0 (an endpoint change).
-fn slice_yaml(s: usize, shift: Option<Ipv4Addr>) -> String {
-    let name = format!("svc-{s}");
-    let mut y = String::with_capacity(16 * 1024);
-    y.push_str("addressType: IPv4\napiVersion: discovery.k8s.io/v1\nendpoints:\n");
-    for e in 0..ENDPOINTS {
-        let addr = if e == 0 {
-            shift.unwrap_or(backend(s, e))
-        } else {
-            backend(s, e)
-        };
-        let _ = write!(
-            y,
-            "- addresses:\n  - {addr}\n  conditions:\n    ready: true\n    serving: true\n    terminating: false\n  nodeName: node-{node}\n  targetRef:\n    kind: Pod\n    name: {name}-7d9f8b6c5-{e:05}\n    namespace: bench\n    uid: {uid}\n  zone: zone-{zone}\n",
-            node = (s + e) % 50,
-            uid = uid(s, e),
-            zone = ["a", "b", "c"][e % 3],
-        );
-    }
-    let _ = write!(
-        y,
-        "kind: EndpointSlice\nmetadata:\n  annotations:\n    endpoints.kubernetes.io/last-change-trigger-time: \"{CREATED}\"\n  creationTimestamp: \"{CREATED}\"\n  generateName: {name}-\n  generation: 3\n  labels:\n    endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io\n    kubernetes.io/service-name: {name}\n  name: {name}-x7k2p\n  namespace: bench\n  ownerReferences:\n  - apiVersion: v1\n    blockOwnerDeletion: true\n    controller: true\n    kind: Service\n    name: {name}\n    uid: {uid}\n  resourceVersion: \"{rv}\"\n  uid: {uid2}\nports:\n- name: http\n  port: 80\n  protocol: TCP\n",
-        uid = uid(s, 9999),
-        uid2 = uid(s, 8888),
-        rv = 100_000 + s,
-    );
-    y
-}
 
 fn config_text(dir: &Path) -> String {
     let mut t = format!(
