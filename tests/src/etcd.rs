@@ -166,6 +166,24 @@ impl EtcdServer {
         .expect("etcd put")
     }
 
+    /// Puts every pair over one connection; returns the last revision.
+    pub fn put_many(&self, pairs: Vec<(String, String)>) -> i64 {
+        self.try_op(move |c| {
+            Box::pin(async move {
+                let mut rev = 0;
+                for (k, v) in pairs {
+                    rev = c
+                        .put(k, v, None)
+                        .await?
+                        .header()
+                        .map_or(rev, |h| h.revision());
+                }
+                Ok(rev)
+            })
+        })
+        .expect("etcd put")
+    }
+
     /// Deletes `key`; returns the new revision.
     pub fn delete(&self, key: &str) -> i64 {
         let key = key.to_owned();

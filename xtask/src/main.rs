@@ -32,10 +32,11 @@ enum Command {
     },
     /// Benchmarks: `dataplane` (per-packet cost through BPF_PROG_TEST_RUN, as ratios to
     /// an empty XDP program measured in the same run); `control-plane` (1000 services ×
-    /// 30 EndpointSlice endpoints: cold sync, one change, one fade-in step, Maglev).
+    /// 30 EndpointSlice endpoints: cold sync, one change, one fade-in step, Maglev);
+    /// `etcd` (the same shape from a real etcd: cold start, write-to-maps latency).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["dataplane", "control-plane"])]
+        #[arg(value_parser = ["dataplane", "control-plane", "etcd"])]
         what: String,
         /// Extra arguments for the benchmark (e.g. `--calls 100000 --trials 3`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -170,7 +171,12 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
         }
         // Root adds the kernel-map cold sync; without it that row is skipped.
         "control-plane" => "lb-cpbench",
-        other => bail!("unknown benchmark {other} (dataplane, control-plane)"),
+        "etcd" => {
+            require_root("a network namespace for etcd and BPF maps")?;
+            cmd::remove_stale_namespaces()?;
+            "lb-etcdbench"
+        }
+        other => bail!("unknown benchmark {other} (dataplane, control-plane, etcd)"),
     };
     let mut full = vec![
         "run",

@@ -29,6 +29,7 @@ use crate::{
 };
 
 mod compose;
+pub use compose::{compose, discover};
 mod specs;
 mod views;
 

@@ -104,6 +104,67 @@ pub fn connect_options(settings: &EtcdConfig) -> Result<ConnectOptions, String> 
     Ok(opts)
 }
 
+/// Keys per page of a list at first: a reply is limited to 4 MiB by the gRPC client,
+/// and a prefix of thousands of slices is several times that.
+const PAGE: i64 = 256;
+
+/// Every key under `prefix` at one revision, read in pages (each page pinned to the
+/// first one's revision, so the pages make one consistent picture). A page too large
+/// for one reply is asked for again in smaller pieces.
+async fn list(
+    client: &mut Client,
+    prefix: &str,
+) -> Result<(i64, Vec<(String, Vec<u8>)>), etcd_client::Error> {
+    let end = prefix_end(prefix);
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut limit = PAGE;
+    let mut out = Vec::new();
+    loop {
+        let mut opts = GetOptions::new().with_range(end.clone()).with_limit(limit);
+        if revision > 0 {
+            opts = opts.with_revision(revision);
+        }
+        let page = match client.get(from.clone(), Some(opts)).await {
+            Err(e) if limit > 1 && e.to_string().contains("message length too large") => {
+                limit = (limit / 4).max(1);
+                continue;
+            }
+            result => result?,
+        };
+        if revision == 0 {
+            revision = page.header().map_or(0, |h| h.revision());
+        }
+        let Some(last) = page.kvs().last() else {
+            break;
+        };
+        from = last.key().to_vec();
+        from.push(0);
+        out.extend(
+            page.kvs()
+                .iter()
+                .filter_map(|kv| Some((kv.key_str().ok()?.to_owned(), kv.value().to_vec()))),
+        );
+        if !page.more() {
+            break;
+        }
+        limit = PAGE;
+    }
+    Ok((revision, out))
+}
+
+/// The first key after every key starting with `prefix` (its last byte plus one).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// One connection: list, watch, list again after a compaction. Returns `Ok` only when
 /// the receiver is gone.
 async fn session(
@@ -118,16 +179,9 @@ async fn session(
         .map_err(|e| format!("connecting to {endpoints}: {e}"))?;
     let prefix = format!("{}/", settings.prefix);
     loop {
-        let list = client
-            .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        let (revision, kvs) = list(&mut client, &prefix)
             .await
             .map_err(|e| format!("listing {prefix} on {endpoints}: {e}"))?;
-        let revision = list.header().map_or(0, |h| h.revision());
-        let kvs = list
-            .kvs()
-            .iter()
-            .filter_map(|kv| Some((kv.key_str().ok()?.to_owned(), kv.value().to_vec())))
-            .collect();
         if tx.send(EtcdMessage::Snapshot { revision, kvs }).is_err() {
             return Ok(());
         }
@@ -181,5 +235,31 @@ async fn session(
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_is_the_first_key_past_the_prefix() {
+        assert_eq!(prefix_end("/lb/"), b"/lb0");
+        assert_eq!(prefix_end("a\u{7f}"), b"b");
+    }
+
+    #[test]
+    fn credentials_come_from_files_that_are_named_when_missing() {
+        let settings = EtcdConfig {
+            endpoints: vec!["http://198.18.0.5:2379".into()],
+            prefix: "/lb".into(),
+            username: "lb".into(),
+            password_file: "/nonexistent/etcd-password".into(),
+            ca_file: String::new(),
+            cert_file: String::new(),
+            key_file: String::new(),
+        };
+        let err = connect_options(&settings).expect_err("no file");
+        assert!(err.starts_with("node.etcd.password_file /nonexistent/etcd-password: "), "{err}");
     }
 }
