@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn prefix_end_is_the_first_key_past_the_prefix() {
         assert_eq!(prefix_end("/lb/"), b"/lb0");
-        assert_eq!(prefix_end("a\u{7f}"), b"b");
+        assert_eq!(prefix_end("a\u{7f}"), [b'a', 0x80]);
     }
 
     #[test]
