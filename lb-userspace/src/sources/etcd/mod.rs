@@ -260,6 +260,9 @@ mod tests {
             key_file: String::new(),
         };
         let err = connect_options(&settings).expect_err("no file");
-        assert!(err.starts_with("node.etcd.password_file /nonexistent/etcd-password: "), "{err}");
+        assert!(
+            err.starts_with("node.etcd.password_file /nonexistent/etcd-password: "),
+            "{err}"
+        );
     }
 }
