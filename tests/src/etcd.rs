@@ -24,36 +24,157 @@ fn etcd_binary() -> String {
     std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into())
 }
 
+/// TLS material for a mutual-TLS etcd: a CA, a server certificate for [`ETCD_ADDR`]
+/// and a client certificate, made with `openssl` in a directory.
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    /// The directory holding `ca.pem`, `server.pem`, `server-key.pem`, `client.pem`
+    /// and `client-key.pem`.
+    pub dir: std::path::PathBuf,
+}
+
+impl EtcdTls {
+    /// Generates the CA and both certificates in `dir`.
+    pub fn generate(dir: &std::path::Path) -> Self {
+        let d = |f: &str| dir.join(f).display().to_string();
+        let openssl = |args: &[&str]| crate::run("openssl", args);
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=lbtest-ca",
+            "-keyout",
+            &d("ca-key.pem"),
+            "-out",
+            &d("ca.pem"),
+        ]);
+        for (name, ext) in [
+            (
+                "server",
+                format!("subjectAltName=IP:{ETCD_ADDR}\nextendedKeyUsage=serverAuth\n"),
+            ),
+            ("client", "extendedKeyUsage=clientAuth\n".to_owned()),
+        ] {
+            std::fs::write(dir.join(format!("{name}.ext")), ext).expect("ext file");
+            openssl(&[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &d(&format!("{name}-key.pem")),
+                "-out",
+                &d(&format!("{name}.csr")),
+            ]);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &d(&format!("{name}.csr")),
+                "-CA",
+                &d("ca.pem"),
+                "-CAkey",
+                &d("ca-key.pem"),
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-extfile",
+                &d(&format!("{name}.ext")),
+                "-out",
+                &d(&format!("{name}.pem")),
+            ]);
+        }
+        Self {
+            dir: dir.to_owned(),
+        }
+    }
+
+    /// A file in the directory, as a string for configs.
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
 /// A running etcd in `ns`.
 #[derive(Debug)]
 pub struct EtcdServer {
     ns_name: String,
     dir: TempDir,
     child: Option<Child>,
+    tls: Option<EtcdTls>,
+    /// User and password once authentication is on.
+    auth: Option<(String, String)>,
 }
 
 impl EtcdServer {
     /// Starts etcd in `ns` (which must hold [`ETCD_ADDR`]) and waits until it answers.
     pub fn start(ns: &Netns) -> Self {
+        Self::start_with(ns, None)
+    }
+
+    /// Like [`EtcdServer::start`], serving clients over mutual TLS with `tls`.
+    pub fn start_with(ns: &Netns, tls: Option<EtcdTls>) -> Self {
         let mut server = Self {
             ns_name: ns.name().to_owned(),
             dir: TempDir::new("etcd"),
             child: None,
+            tls,
+            auth: None,
         };
         server.spawn(ns);
         server
     }
 
-    /// The client URL.
+    /// The plain-HTTP client URL.
     pub fn url() -> String {
         format!("http://{ETCD_ADDR}:{ETCD_PORT}")
     }
 
+    /// The client URL this server answers on.
+    pub fn client_url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{ETCD_ADDR}:{ETCD_PORT}")
+    }
+
+    /// Turns authentication on with a `root` user of `password`; later operations of
+    /// this guard log in as that user.
+    pub fn enable_auth(&mut self, password: &str) {
+        let pw = password.to_owned();
+        self.try_op(move |c| {
+            Box::pin(async move {
+                c.user_add("root", pw, None).await?;
+                let _ = c.role_add("root").await;
+                c.user_grant_role("root", "root").await?;
+                c.auth_enable().await?;
+                Ok(())
+            })
+        })
+        .expect("enable etcd auth");
+        self.auth = Some(("root".into(), password.to_owned()));
+    }
+
     fn spawn(&mut self, ns: &Netns) {
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).expect("etcd log");
-        let url = Self::url();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns_name, &etcd_binary()])
+        let url = self.client_url();
+        let mut cmd = Command::new("ip");
+        if let Some(tls) = &self.tls {
+            cmd.arg("netns")
+                .args(["exec", &self.ns_name, &etcd_binary()])
+                .args(["--cert-file", &tls.file("server.pem")])
+                .args(["--key-file", &tls.file("server-key.pem")])
+                .args(["--trusted-ca-file", &tls.file("ca.pem")])
+                .arg("--client-cert-auth");
+        } else {
+            cmd.args(["netns", "exec", &self.ns_name, &etcd_binary()]);
+        }
+        let child = cmd
             .args(["--name", "lbtest"])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
@@ -129,6 +250,23 @@ impl EtcdServer {
         + 'static,
     ) -> Result<T, String> {
         let path = format!("/run/netns/{}", self.ns_name);
+        let url = self.client_url();
+        let mut opts =
+            etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        if let Some(tls) = &self.tls {
+            let read = |f: &str| std::fs::read(tls.dir.join(f)).expect("TLS file");
+            opts = opts.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(read("ca.pem")))
+                    .identity(etcd_client::Identity::from_pem(
+                        read("client.pem"),
+                        read("client-key.pem"),
+                    )),
+            );
+        }
+        if let Some((user, password)) = &self.auth {
+            opts = opts.with_user(user.clone(), password.clone());
+        }
         std::thread::spawn(move || {
             let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
             // SAFETY: setns on an open namespace fd affects only this thread.
@@ -142,9 +280,7 @@ impl EtcdServer {
                 .build()
                 .map_err(|e| e.to_string())?;
             rt.block_on(async move {
-                let opts =
-                    etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
-                let mut client = Client::connect([Self::url()], Some(opts))
+                let mut client = Client::connect([url], Some(opts))
                     .await
                     .map_err(|e| e.to_string())?;
                 op(&mut client).await.map_err(|e| e.to_string())

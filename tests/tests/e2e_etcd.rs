@@ -12,7 +12,7 @@ use std::{
 
 use lb_testbed::{
     LbdProcess, Netns, Topology, TopologyOptions,
-    etcd::{EtcdServer, plug_etcd_host},
+    etcd::{EtcdServer, EtcdTls, plug_etcd_host},
     is_root,
     topology::{VIP, backend_addr, plug},
     traffic::{ServerKind, http_requests, serve_backends, udp_requests},
@@ -315,4 +315,66 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
         .stop_leaving_running()
         .map_or((None, lbd2.log()), |c| (Some(c), lbd2.log()));
     assert_eq!(code, Some(0), "{log}");
+}
+
+/// etcd over mutual TLS with password authentication: lbd reads its secrets from files,
+/// never prints them, and a node whose password is refused keeps forwarding with what
+/// it had (here: the services it adopted from the pins across a restart).
+#[test]
+fn tls_and_password_protected_etcd() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    const PASSWORD: &str = "s3cret-Pa55-word";
+    const WRONG: &str = "not-the-Pa55-word";
+    let topo = Topology::build(&TopologyOptions::default());
+    let etcd_ns = Netns::new("etcd");
+    plug_etcd_host(&topo.switch, &etcd_ns);
+    let _servers = serve_backends(&topo, |_| VIP.into(), &[(ServerKind::Http, 80)]);
+    let certs = lb_testbed::lbd::TempDir::new("etcd-tls");
+    let tls = EtcdTls::generate(certs.path());
+    let mut etcd = EtcdServer::start_with(&etcd_ns, Some(tls.clone()));
+    etcd.enable_auth(PASSWORD);
+    let rev = etcd.put("/lb/services/web", &web(&[(0, 1), (1, 1), (2, 1)]));
+    let config = |password: &str| {
+        let file = certs.write(&format!("password-{password}"), &format!("{password}\n"));
+        format!(
+            "[node]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\n\n[node.etcd]\nendpoints = [\"{}\"]\nusername = \"root\"\npassword_file = \"{}\"\nca_file = \"{}\"\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            etcd.client_url(),
+            file.display(),
+            tls.file("ca.pem"),
+            tls.file("client.pem"),
+            tls.file("client-key.pem"),
+        )
+    };
+    let mut lbd = LbdProcess::start(&topo.lb, &config(PASSWORD));
+    wait_revision(&lbd, rev);
+    let served = http_requests(&topo.client, VIP, 80, 60);
+    assert!(
+        served.failures.is_empty(),
+        "{:?}\n{}",
+        served.failures,
+        lbd.log()
+    );
+    assert_eq!(served.served.len(), 3);
+
+    // A refused password: one clear error, no secret printed, forwarding goes on.
+    lbd.edit_config(&config(WRONG));
+    lbd.restart();
+    let src = wait_source(&lbd, "refused", |s| {
+        s["state"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("degraded"))
+    });
+    let state = src["state"].as_str().expect("state");
+    assert!(state.contains("authentication failed"), "{state}");
+    let during = http_requests(&topo.client, VIP, 80, 60);
+    assert!(
+        during.failures.is_empty(),
+        "adopted services keep serving: {:?}",
+        during.failures
+    );
+    let status = lbd.lbctl_json(&["status"]).to_string();
+    for secret in [PASSWORD, WRONG] {
+        assert!(!lbd.log().contains(secret), "the log shows a password");
+        assert!(!status.contains(secret), "status shows a password");
+    }
 }

@@ -311,7 +311,7 @@ impl Agent {
             match &msg {
                 EtcdMessage::Down { error } if mirror.down.is_none() => {
                     log::error!(
-                        "etcd unreachable, keeping the last state (revision {}): {error}",
+                        "etcd source degraded, keeping the last state (revision {}): {error}",
                         mirror.revision
                     );
                 }
