@@ -402,3 +402,20 @@ pub fn counter_in_log(log: &str, name: &str) -> u64 {
         .find(|(k, _)| *k == name)
         .map_or(0, |(_, v)| v.parse().expect("counter value"))
 }
+
+/// `GET /metrics` from lbd's default metrics address inside `ns` (its loopback); the
+/// body.
+pub fn scrape_metrics(ns: &Netns) -> String {
+    use std::io::{Read as _, Write as _};
+    ns.run(|| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", 9470)).expect("connect to metrics");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("request");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("response");
+        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+        raw.split_once("\r\n\r\n").expect("body").1.to_owned()
+    })
+}

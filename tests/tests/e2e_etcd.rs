@@ -266,6 +266,13 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
         });
     }
     assert_eq!(digests(&lbd1), before, "the last good state keeps running");
+    let metrics = lb_testbed::lbd::scrape_metrics(&topo.lb);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("lbd_source_up{kind=\"etcd\",") && l.ends_with(" 0")),
+        "lbd_source_up says etcd is down:\n{metrics}"
+    );
     let during = udp_requests(&topo.client, VIP, 5353, 30);
     assert!(during.failures.is_empty(), "{:?}", during.failures);
 

@@ -6,8 +6,7 @@
 
 use std::{
     collections::BTreeMap,
-    io::{Read as _, Write as _},
-    net::{IpAddr, SocketAddr, TcpStream, UdpSocket},
+    net::{IpAddr, SocketAddr, UdpSocket},
     time::Duration,
 };
 
@@ -71,21 +70,6 @@ fn datagram_from(topo: &Topology, src: SocketAddr) -> String {
             .strip_suffix(" ping x")
             .expect("reply format")
             .to_owned()
-    })
-}
-
-/// `GET /metrics` from inside the LB namespace (the listener is on its loopback).
-fn scrape(topo: &Topology) -> String {
-    topo.lb.run(|| {
-        let mut s = TcpStream::connect(("127.0.0.1", 9470)).expect("connect to metrics");
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .expect("request");
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).expect("response");
-        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
-        raw.split_once("\r\n\r\n").expect("body").1.to_owned()
     })
 }
 
@@ -225,7 +209,7 @@ fn lbctl_reports_and_explains_what_the_node_does() {
     assert_eq!(code, Some(0));
     assert!(text.contains("passed to the kernel stack"), "{text}");
 
-    let text = scrape(&topo);
+    let text = lb_testbed::lbd::scrape_metrics(&topo.lb);
     let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
         .expect("metrics parse");
     let sent = (DATAGRAMS + 6) as f64;
