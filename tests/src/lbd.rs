@@ -92,7 +92,26 @@ impl LbdProcess {
     /// Runs `lbctl` against this lbd (its socket and pin directory) with `args`;
     /// returns the exit code, stdout and stderr.
     pub fn lbctl(&self, args: &[&str]) -> (Option<i32>, String, String) {
-        let out = Command::new(lbctl_binary())
+        self.lbctl_via(&[], &lbctl_binary(), args)
+    }
+
+    /// Like [`LbdProcess::lbctl`], running the `lbctl` at `bin` through `wrapper` (a
+    /// command and its arguments, e.g. `setpriv` dropping privileges).
+    pub fn lbctl_via(
+        &self,
+        wrapper: &[&str],
+        bin: &Path,
+        args: &[&str],
+    ) -> (Option<i32>, String, String) {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let out = cmd
             .arg("--socket")
             .arg(self.admin_socket())
             .arg("--pin-path")

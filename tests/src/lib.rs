@@ -11,6 +11,7 @@ pub mod fixture;
 pub mod lbd;
 pub mod netns;
 pub mod packet;
+pub mod rng;
 pub mod shape;
 pub mod topology;
 pub mod traffic;

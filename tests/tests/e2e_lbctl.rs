@@ -242,20 +242,14 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         let dir = lb_testbed::lbd::TempDir::new("lbctl-nobody");
         let bin = dir.path().join("lbctl");
         std::fs::copy(lb_testbed::lbd::lbctl_binary(), &bin).expect("copy lbctl");
-        let out = std::process::Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&bin)
-            .arg("--socket")
-            .arg(lbd.admin_socket())
-            .arg("--pin-path")
-            .arg(lbd.pin_dir())
-            .args(args)
-            .output()
-            .expect("run lbctl as nobody");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let nobody = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ];
+        let (code, _, err) = lbd.lbctl_via(&nobody, &bin, args);
+        (code, err)
     };
     let (code, err) = unprivileged(&["status"]);
     assert_eq!(code, Some(1));

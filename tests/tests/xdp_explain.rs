@@ -11,6 +11,7 @@ use lb_testbed::{
     is_root,
     lbd::{BpfFs, TempDir},
     packet::Packet,
+    rng::Rng,
 };
 use lb_userspace::{
     dataplane::{ServiceSpec, maps::MapSet, vip_key},
@@ -21,19 +22,6 @@ const FLOWS: usize = 10_000;
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
 const VIP_ALL_PORTS: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 2);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 1);
-
-/// SplitMix64, seeded: a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 fn spec(
     name: &str,

@@ -16,6 +16,7 @@ use lb_testbed::{
     },
     is_root,
     packet::{Packet, TCP, UDP, checksum},
+    rng::Rng,
 };
 use lb_userspace::dataplane::{ServiceSpec, vip_key};
 
@@ -40,23 +41,6 @@ fn vips() -> Vec<(IpAddr, u16, u8)> {
 /// `nat` services: (address, port, protocol).
 fn nat_vips() -> Vec<(IpAddr, u16, u8)> {
     vec![(VIP.into(), 8080, TCP), (VIP6.into(), 8080, UDP)]
-}
-
-/// SplitMix64: small, fast, deterministic (a failure reproduces from its seed).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// A plausible ICMP packet: an echo request, or an error quoting a reply from a VIP
