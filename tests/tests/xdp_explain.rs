@@ -95,7 +95,7 @@ fn services(changed: bool) -> Vec<ServiceSpec> {
 
 /// A random flow: mostly to a service, some to a port no service has.
 fn random_flow(rng: &mut Rng) -> Flow {
-    let r = rng.next();
+    let r = rng.next_u64();
     let sport = 1024 + (r % 60_000) as u16;
     let host = (r >> 16) as u16;
     let client4 = IpAddr::V4(Ipv4Addr::new(

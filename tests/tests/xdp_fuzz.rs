@@ -153,14 +153,14 @@ fn mutate(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
         1 => {
             for _ in 0..=rng.below(4) {
                 let i = rng.below(bytes.len() as u64) as usize;
-                bytes[i] = rng.next() as u8;
+                bytes[i] = rng.next_u64() as u8;
             }
             bytes
         }
         2 => {
             // A byte in the headers the parser reads (first 80 bytes).
             let i = rng.below(bytes.len().min(80) as u64) as usize;
-            bytes[i] = rng.next() as u8;
+            bytes[i] = rng.next_u64() as u8;
             bytes
         }
         3 => {
@@ -169,10 +169,10 @@ fn mutate(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
             bytes
         }
         4 => {
-            bytes.extend((0..rng.below(32)).map(|_| rng.next() as u8));
+            bytes.extend((0..rng.below(32)).map(|_| rng.next_u64() as u8));
             bytes
         }
-        _ => (0..14 + rng.below(120)).map(|_| rng.next() as u8).collect(),
+        _ => (0..14 + rng.below(120)).map(|_| rng.next_u64() as u8).collect(),
     }
 }
 
