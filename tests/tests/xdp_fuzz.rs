@@ -172,7 +172,9 @@ fn mutate(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
             bytes.extend((0..rng.below(32)).map(|_| rng.next_u64() as u8));
             bytes
         }
-        _ => (0..14 + rng.below(120)).map(|_| rng.next_u64() as u8).collect(),
+        _ => (0..14 + rng.below(120))
+            .map(|_| rng.next_u64() as u8)
+            .collect(),
     }
 }
 

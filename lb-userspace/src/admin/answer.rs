@@ -38,22 +38,32 @@ impl Meta {
 /// The reply to `query`. Map read failures become a 500 that says which read failed.
 pub fn answer(agent: &Agent, meta: &Meta, query: &Query) -> Reply {
     let result = match query {
-        Query::Status => status(agent, meta).map(Reply::json),
+        Query::Status => agent
+            .flow_counts()
+            .and_then(|f| status(agent, meta, f.total))
+            .map(Reply::json),
         Query::Services => agent.service_views().map(Reply::json),
         Query::Backends(Some(name)) if !agent.config().services.iter().any(|s| &s.name == name) => {
             Ok(Reply::error(404, format!("no service named {name:?}")))
         }
-        Query::Backends(service) => agent.backend_views(service.as_deref()).map(Reply::json),
+        Query::Backends(service) => agent
+            .flow_counts()
+            .and_then(|f| agent.backend_views(service.as_deref(), Some(&f)))
+            .map(Reply::json),
         Query::Metrics => metrics_text(agent, meta),
     };
     result.unwrap_or_else(|e| Reply::error(500, format!("reading the data plane: {e}")))
 }
 
-/// `GET /v1/status`.
+/// `GET /v1/status`, given the conntrack size.
 ///
 /// # Errors
 /// A map read failed.
-pub fn status(agent: &Agent, meta: &Meta) -> Result<Status, DataplaneError> {
+pub fn status(
+    agent: &Agent,
+    meta: &Meta,
+    conntrack_entries: u64,
+) -> Result<Status, DataplaneError> {
     let node = &agent.config().node;
     Ok(Status {
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -73,13 +83,15 @@ pub fn status(agent: &Agent, meta: &Meta) -> Result<Status, DataplaneError> {
         reconciles: agent.reconciles().count,
         last_reconcile: agent.last_reconcile().cloned(),
         fade_in_rebuilds: agent.fade_rebuilds(),
-        conntrack_entries: agent.dataplane().maps().flow_count() as u64,
+        conntrack_entries,
     })
 }
 
 fn metrics_text(agent: &Agent, meta: &Meta) -> Result<Reply, DataplaneError> {
-    let status = status(agent, meta)?;
-    let backends = agent.backend_views(None)?;
+    // One conntrack walk serves the per-backend flows and the total.
+    let flows = agent.flow_counts()?;
+    let status = status(agent, meta, flows.total)?;
+    let backends = agent.backend_views(None, Some(&flows))?;
     let services = agent.service_views_with(&backends)?;
     let counters = agent.counters()?;
     Ok(Reply {

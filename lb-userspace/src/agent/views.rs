@@ -12,16 +12,39 @@ use crate::{
     fadein::WEIGHT_SCALE,
 };
 
+/// Conntrack entries per backend id, and in all (see [`Agent::flow_counts`]).
+#[derive(Clone, Debug, Default)]
+pub struct FlowCounts {
+    /// Entries per backend id.
+    pub per_backend: HashMap<u32, u64>,
+    /// Entries in all.
+    pub total: u64,
+}
+
 impl Agent {
     /// Every configured service with its table and traffic.
     ///
     /// # Errors
     /// A counter read failed.
     pub fn service_views(&self) -> Result<Vec<ServiceView>, DataplaneError> {
-        self.service_views_with(&self.backend_views(None)?)
+        self.service_views_with(&self.backend_views(None, None)?)
     }
 
-    /// [`Agent::service_views`] given every backend's view (saves a conntrack walk).
+    /// Conntrack entries per backend id, and in all: one walk of the conntrack map,
+    /// which costs in proportion to its size, so callers do it once per request.
+    ///
+    /// # Errors
+    /// The walk failed.
+    pub fn flow_counts(&self) -> Result<FlowCounts, DataplaneError> {
+        let mut counts = FlowCounts::default();
+        for (_, entry) in self.dataplane.maps().flows()? {
+            *counts.per_backend.entry(entry.backend_id).or_default() += 1;
+            counts.total += 1;
+        }
+        Ok(counts)
+    }
+
+    /// [`Agent::service_views`] given every backend's view.
     ///
     /// # Errors
     /// A counter read failed.
@@ -57,16 +80,17 @@ impl Agent {
     }
 
     /// Backends of one service (or of all), with configured and effective weight,
-    /// fade-in progress, health, counters and the conntrack entries pinned to each.
+    /// fade-in progress, health, counters and — given `flows` — the conntrack entries
+    /// pinned to each (0 without).
     ///
     /// # Errors
     /// A map read failed.
-    pub fn backend_views(&self, service: Option<&str>) -> Result<Vec<BackendView>, DataplaneError> {
+    pub fn backend_views(
+        &self,
+        service: Option<&str>,
+        flows: Option<&FlowCounts>,
+    ) -> Result<Vec<BackendView>, DataplaneError> {
         let configured = service_specs_with(&self.config, &self.discovered);
-        let mut flows: HashMap<u32, u64> = HashMap::new();
-        for (_, entry) in self.dataplane.maps().flows()? {
-            *flows.entry(entry.backend_id).or_default() += 1;
-        }
         let mut out = Vec::new();
         for (svc, spec) in self.config.services.iter().zip(&configured) {
             if service.is_some_and(|s| s != svc.name) {
@@ -130,7 +154,8 @@ impl Agent {
                     bytes: stats.bytes,
                     new_flows: stats.new_flows,
                     flows: backend_id
-                        .and_then(|id| flows.get(&id).copied())
+                        .zip(flows)
+                        .and_then(|(id, f)| f.per_backend.get(&id).copied())
                         .unwrap_or(0),
                 });
             }
