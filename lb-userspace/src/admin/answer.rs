@@ -7,7 +7,11 @@ use super::{
     metrics::{self, Snapshot},
     server::{Query, Reply},
 };
-use crate::{agent::Agent, config::XdpMode, dataplane::DataplaneError};
+use crate::{
+    agent::Agent,
+    config::XdpMode,
+    dataplane::{DataplaneError, maps::FlowCounts},
+};
 
 /// What lbd knows about itself beyond the agent.
 #[derive(Clone, Debug)]
@@ -35,22 +39,27 @@ impl Meta {
     }
 }
 
-/// The reply to `query`. Map read failures become a 500 that says which read failed.
-pub fn answer(agent: &Agent, meta: &Meta, query: &Query) -> Reply {
+/// The reply to `query`. `flows` are the conntrack counts for the queries that need
+/// them ([`Query::needs_flows`]); lbd walks conntrack off its main loop and passes
+/// them in — without them they are counted here. Map read failures become a 500 that
+/// says which read failed.
+pub fn answer(agent: &Agent, meta: &Meta, query: &Query, flows: Option<FlowCounts>) -> Reply {
+    let flows = || match &flows {
+        Some(f) => Ok(f.clone()),
+        None => agent.dataplane().maps().flow_counts(),
+    };
     let result = match query {
-        Query::Status => agent
-            .flow_counts()
+        Query::Status => flows()
             .and_then(|f| status(agent, meta, f.total))
             .map(Reply::json),
         Query::Services => agent.service_views().map(Reply::json),
         Query::Backends(Some(name)) if !agent.config().services.iter().any(|s| &s.name == name) => {
             Ok(Reply::error(404, format!("no service named {name:?}")))
         }
-        Query::Backends(service) => agent
-            .flow_counts()
+        Query::Backends(service) => flows()
             .and_then(|f| agent.backend_views(service.as_deref(), Some(&f)))
             .map(Reply::json),
-        Query::Metrics => metrics_text(agent, meta),
+        Query::Metrics => flows().and_then(|f| metrics_text(agent, meta, &f)),
     };
     result.unwrap_or_else(|e| Reply::error(500, format!("reading the data plane: {e}")))
 }
@@ -87,11 +96,9 @@ pub fn status(
     })
 }
 
-fn metrics_text(agent: &Agent, meta: &Meta) -> Result<Reply, DataplaneError> {
-    // One conntrack walk serves the per-backend flows and the total.
-    let flows = agent.flow_counts()?;
+fn metrics_text(agent: &Agent, meta: &Meta, flows: &FlowCounts) -> Result<Reply, DataplaneError> {
     let status = status(agent, meta, flows.total)?;
-    let backends = agent.backend_views(None, Some(&flows))?;
+    let backends = agent.backend_views(None, Some(flows))?;
     let services = agent.service_views_with(&backends)?;
     let counters = agent.counters()?;
     Ok(Reply {

@@ -33,6 +33,13 @@ pub enum Query {
     Metrics,
 }
 
+impl Query {
+    /// Whether the answer needs conntrack counts (a walk of the whole map).
+    pub fn needs_flows(&self) -> bool {
+        matches!(self, Self::Status | Self::Backends(_) | Self::Metrics)
+    }
+}
+
 /// An answer: HTTP status, content type, body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {

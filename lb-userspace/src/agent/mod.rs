@@ -32,7 +32,6 @@ mod compose;
 pub use compose::{compose, discover};
 mod specs;
 mod views;
-pub use views::FlowCounts;
 
 pub use specs::{
     BackendHealth, HealthMap, global_config, service_specs, service_specs_with, specs_at,

@@ -2,24 +2,13 @@
 //! see them (configured and effective weights, health, fade-in) joined with the data
 //! plane's counters.
 
-use std::collections::HashMap;
-
 use super::{Agent, specs::service_specs_with};
 use crate::{
     admin::{BackendView, ServiceView, SourceStatus},
-    dataplane::DataplaneError,
+    dataplane::{DataplaneError, maps::FlowCounts},
     explain::{mode_name, vip_text},
     fadein::WEIGHT_SCALE,
 };
-
-/// Conntrack entries per backend id, and in all (see [`Agent::flow_counts`]).
-#[derive(Clone, Debug, Default)]
-pub struct FlowCounts {
-    /// Entries per backend id.
-    pub per_backend: HashMap<u32, u64>,
-    /// Entries in all.
-    pub total: u64,
-}
 
 impl Agent {
     /// Every configured service with its table and traffic.
@@ -28,20 +17,6 @@ impl Agent {
     /// A counter read failed.
     pub fn service_views(&self) -> Result<Vec<ServiceView>, DataplaneError> {
         self.service_views_with(&self.backend_views(None, None)?)
-    }
-
-    /// Conntrack entries per backend id, and in all: one walk of the conntrack map,
-    /// which costs in proportion to its size, so callers do it once per request.
-    ///
-    /// # Errors
-    /// The walk failed.
-    pub fn flow_counts(&self) -> Result<FlowCounts, DataplaneError> {
-        let mut counts = FlowCounts::default();
-        for (_, entry) in self.dataplane.maps().flows()? {
-            *counts.per_backend.entry(entry.backend_id).or_default() += 1;
-            counts.total += 1;
-        }
-        Ok(counts)
     }
 
     /// [`Agent::service_views`] given every backend's view.

@@ -5,7 +5,10 @@ use std::{path::PathBuf, process::ExitCode, time::Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use lb_userspace::{
-    admin::{answer::Meta, server},
+    admin::{
+        answer::{Meta, answer},
+        server,
+    },
     agent::Agent,
     config,
 };
@@ -129,6 +132,7 @@ fn run_until_shutdown(
             config_error: None,
         };
         let (queries, mut asked) = tokio::sync::mpsc::channel(64);
+        let (counted_tx, mut counted_rx) = tokio::sync::mpsc::unbounded_channel();
         let _socket = serve_admin(agent, queries).await;
         let (etcd_tx, mut etcd_rx) = tokio::sync::mpsc::unbounded_channel();
         if let Some(settings) = agent.config().node.etcd.clone() {
@@ -170,7 +174,31 @@ fn run_until_shutdown(
                     }
                 }
                 Some((query, reply)) = asked.recv() => {
-                    let _ = reply.send(lb_userspace::admin::answer::answer(agent, &meta, &query));
+                    if !query.needs_flows() {
+                        let _ = reply.send(answer(agent, &meta, &query, None));
+                        continue;
+                    }
+                    // Walking conntrack takes long at a million entries: a blocking
+                    // thread does it with its own map handle, and the query comes back
+                    // here with the counts while this loop goes on serving.
+                    match agent.dataplane().maps().conntrack_reader() {
+                        Ok(reader) => {
+                            let counted = counted_tx.clone();
+                            tokio::task::spawn_blocking(move || {
+                                let _ = counted.send((query, reader.counts(), reply));
+                            });
+                        }
+                        Err(_) => {
+                            let _ = reply.send(answer(agent, &meta, &query, None));
+                        }
+                    }
+                }
+                Some((query, counts, reply)) = counted_rx.recv() => {
+                    let reply_now = match counts {
+                        Ok(counts) => answer(agent, &meta, &query, Some(counts)),
+                        Err(e) => server::Reply::error(500, format!("walking conntrack: {e}")),
+                    };
+                    let _ = reply.send(reply_now);
                 }
                 Some((service, backend, outcome)) = results.recv() => {
                     if let Err(err) = agent.observe(&service, backend, &outcome, std::time::SystemTime::now()) {

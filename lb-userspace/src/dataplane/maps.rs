@@ -160,6 +160,32 @@ impl MapSet {
         Ok(out)
     }
 
+    /// Conntrack entries per backend id and in all (one walk of the map).
+    ///
+    /// # Errors
+    /// The walk failed.
+    pub fn flow_counts(&self) -> Result<FlowCounts, DataplaneError> {
+        count_flows(&self.conntrack)
+    }
+
+    /// A second handle to the conntrack map, so that a walk — whose cost grows with
+    /// the table, up to a million entries — can run on another thread than the one
+    /// that programs the data plane.
+    ///
+    /// # Errors
+    /// The kernel refused a new handle.
+    pub fn conntrack_reader(&self) -> Result<ConntrackReader, DataplaneError> {
+        use aya::maps::IterableMap as _;
+        let open = map_error("reopen", names::CONNTRACK);
+        let id = self.conntrack.map().info().map_err(open)?.id();
+        let open = map_error("reopen", names::CONNTRACK);
+        let data = MapData::from_id(id).map_err(open)?;
+        let map = Map::from_map_data(data).map_err(map_error("reopen", names::CONNTRACK))?;
+        Ok(ConntrackReader(
+            HashMap::try_from(map).map_err(map_error("reopen", names::CONNTRACK))?,
+        ))
+    }
+
     /// Number of conntrack entries (walks the keys).
     pub fn flow_count(&self) -> usize {
         self.conntrack.keys().filter(Result::is_ok).count()
@@ -175,6 +201,50 @@ impl MapSet {
             Err(source) => Err(map_error("remove", names::CONNTRACK)(source)),
         }
     }
+}
+
+/// Conntrack entries per backend id, and in all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowCounts {
+    /// Entries per backend id.
+    pub per_backend: std::collections::HashMap<u32, u64>,
+    /// Entries in all.
+    pub total: u64,
+}
+
+/// A handle to the conntrack map of its own (see [`MapSet::conntrack_reader`]).
+pub struct ConntrackReader(HashMap<MapData, FlowKey, FlowEntry>);
+
+impl std::fmt::Debug for ConntrackReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConntrackReader")
+    }
+}
+
+impl ConntrackReader {
+    /// Conntrack entries per backend id and in all (one walk of the map).
+    ///
+    /// # Errors
+    /// The walk failed.
+    pub fn counts(&self) -> Result<FlowCounts, DataplaneError> {
+        count_flows(&self.0)
+    }
+}
+
+fn count_flows(map: &HashMap<MapData, FlowKey, FlowEntry>) -> Result<FlowCounts, DataplaneError> {
+    let mut counts = FlowCounts::default();
+    for item in map.iter() {
+        match item {
+            Ok((_, entry)) => {
+                *counts.per_backend.entry(entry.backend_id).or_default() += 1;
+                counts.total += 1;
+            }
+            // An entry evicted between reading its key and its value.
+            Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(source) => return Err(map_error("iterate", names::CONNTRACK)(source)),
+        }
+    }
+    Ok(counts)
 }
 
 fn sum_stats(
