@@ -96,6 +96,8 @@ fn lbctl_reports_and_explains_what_the_node_does() {
 
     let status = lbd.lbctl_json(&["status"]);
     assert_eq!(status["interface"], "eth0");
+    assert_eq!(u(&status["api_version"]), 1);
+    assert!(!status["kernel"].as_str().expect("kernel").is_empty());
     assert_eq!(status["xdp_mode"], "generic");
     assert_eq!(u(&status["services"]), 2);
     assert_eq!(u(&status["config_generation"]), 1);

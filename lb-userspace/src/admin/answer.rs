@@ -76,6 +76,9 @@ pub fn status(
     let node = &agent.config().node;
     Ok(Status {
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        api_version: super::API_VERSION,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_or_else(|_| "unknown".into(), |r| r.trim().to_owned()),
         pid: std::process::id(),
         uptime_seconds: meta.started.elapsed().as_secs_f64(),
         config_path: meta.config_path.clone(),

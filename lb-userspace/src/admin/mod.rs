@@ -38,6 +38,10 @@ pub struct ApiError {
 pub struct Status {
     /// lbd's version.
     pub version: String,
+    /// The admin API's version ([`API_VERSION`]).
+    pub api_version: u32,
+    /// The kernel's release (`uname -r`): XDP features depend on it.
+    pub kernel: String,
     /// lbd's process id.
     pub pid: u32,
     /// Seconds since lbd started.

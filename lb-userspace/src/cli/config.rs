@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use super::{Outcome, emit};
+use super::{Context, Outcome};
 
 /// Configuration commands.
 #[derive(Debug, Subcommand)]
@@ -16,16 +16,25 @@ pub enum Command {
     },
 }
 
+/// What `config check` reports.
+#[derive(Debug, serde::Serialize)]
+struct Checked<'a> {
+    file: &'a std::path::Path,
+    services: usize,
+}
+
 /// Runs a config command.
-pub fn run(command: &Command) -> Outcome {
+pub fn run(ctx: &Context, command: &Command) -> Outcome {
     match command {
         Command::Check { file } => {
             let cfg = crate::config::load(file).map_err(|e| e.to_string())?;
-            emit(&format!(
-                "{}: ok ({} services)\n",
-                file.display(),
-                cfg.services.len()
-            ))
+            let checked = Checked {
+                file,
+                services: cfg.services.len(),
+            };
+            ctx.print(&checked, || {
+                format!("{}: ok ({} services)\n", file.display(), checked.services)
+            })
         }
     }
 }

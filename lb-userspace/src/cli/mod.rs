@@ -98,7 +98,7 @@ pub fn main() -> ExitCode {
         Command::Flows(args) => flows::run(&ctx, &args),
         Command::Stats(args) => stats::run(&ctx, &args),
         Command::Explain(args) => explain::run(&ctx, &args),
-        Command::Config { command } => config::run(&command),
+        Command::Config { command } => config::run(&ctx, &command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -22,7 +22,11 @@ pub fn run(ctx: &Context) -> Outcome {
             },
         );
         let mut lines = vec![
-            ("version", s.version.clone()),
+            (
+                "version",
+                format!("{} (admin API {})", s.version, s.api_version),
+            ),
+            ("kernel", s.kernel.clone()),
             ("pid", s.pid.to_string()),
             ("uptime", format!("{:.0}s", s.uptime_seconds)),
             ("interface", format!("{} (XDP {})", s.interface, s.xdp_mode)),

@@ -4,6 +4,8 @@ use crate::admin::{ReconcileRecord, SourceStatus};
 fn status() -> Status {
     Status {
         version: "0.1.0".into(),
+        api_version: 1,
+        kernel: "6.18.0".into(),
         pid: 1,
         uptime_seconds: 5.0,
         config_path: "/etc/lbd/lbd.toml".into(),
