@@ -55,22 +55,34 @@ struct Node {
 }
 
 impl Node {
-    /// What `Agent::etcd_apply` does: apply, compose, endpoint sets, specs, program.
-    fn apply(&mut self, msg: EtcdMessage) -> usize {
+    /// What `Agent::etcd_apply` does: apply, compose, endpoint sets, specs, program;
+    /// the time of each phase is added to `phases`.
+    fn apply(&mut self, msg: EtcdMessage, phases: &mut [Duration; 5]) -> usize {
+        let mut t = Instant::now();
+        let mut lap = |i: usize| {
+            phases[i] += t.elapsed();
+            t = Instant::now();
+        };
         self.mirror.apply(msg);
+        lap(0);
         let (config, _) = compose(&self.file, Some(&self.mirror));
+        lap(1);
         let discovered = discover(None, Some(&self.mirror));
+        lap(2);
+        let health = HealthMap::new();
         let (specs, _) = specs_at(
             &config,
             &discovered,
             &mut self.starts,
-            &HealthMap::new(),
+            &health,
             SystemTime::now(),
         );
+        lap(3);
         let report = self
             .programmer
             .apply(&mut self.maps, &specs, Instant::now())
             .expect("program");
+        lap(4);
         report.programmed
     }
 }
@@ -131,12 +143,13 @@ fn main() -> ExitCode {
                 lb_testbed::benchkit::cpu_time(),
             );
             tokio::spawn(run(settings.clone(), tx));
+            let mut cold_phases = [Duration::ZERO; 5];
             let programmed = loop {
                 match rx.recv().await.expect("watcher") {
-                    msg @ EtcdMessage::Snapshot { .. } => break node.apply(msg),
+                    msg @ EtcdMessage::Snapshot { .. } => break node.apply(msg, &mut cold_phases),
                     EtcdMessage::Down { error } => panic!("etcd: {error}"),
                     other => {
-                        node.apply(other);
+                        node.apply(other, &mut cold_phases);
                     }
                 }
             };
@@ -158,6 +171,7 @@ fn main() -> ExitCode {
                 .await
                 .expect("writer");
             let mut latencies = Vec::with_capacity(UPDATES);
+            let mut phases = [Duration::ZERO; 5];
             for u in 0..UPDATES {
                 let s = (u * 7) % SERVICES;
                 let moved = std::net::Ipv4Addr::from(u32::from(backend(SERVICES, 0)) + u as u32);
@@ -170,7 +184,7 @@ fn main() -> ExitCode {
                 let rev = put.header().map_or(0, |h| h.revision());
                 while node.mirror.revision < rev {
                     let msg = rx.recv().await.expect("watcher");
-                    node.apply(msg);
+                    node.apply(msg, &mut phases);
                 }
                 latencies.push(t0.elapsed());
             }
@@ -183,6 +197,16 @@ fn main() -> ExitCode {
                 ms(*latencies.last().expect("latencies")),
                 ms(mean)
             ));
+            let names = ["mirror", "compose services", "endpoint sets", "specs", "program maps"];
+            out.push_str("  per update, by phase (mean):");
+            for (name, d) in names.iter().zip(phases) {
+                out.push_str(&format!(" {name} {:.2} ms;", ms(d / UPDATES as u32)));
+            }
+            out.push_str("\n  cold start, by phase:");
+            for (name, d) in names.iter().zip(cold_phases) {
+                out.push_str(&format!(" {name} {:.1} ms;", ms(d)));
+            }
+            out.push('\n');
             out
         })
     });
