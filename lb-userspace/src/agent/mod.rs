@@ -118,6 +118,8 @@ pub struct Agent {
     /// Reconciles so far, their latency and the latest outcome.
     reconciles: Histogram,
     last_reconcile: Option<ReconcileRecord>,
+    /// The last reconcile failed: the next tick tries again from the current state.
+    retry: bool,
 }
 
 impl Agent {
@@ -218,6 +220,7 @@ impl Agent {
             discovered,
             reconciles,
             last_reconcile: Some(first),
+            retry: false,
         })
     }
 
@@ -256,13 +259,22 @@ impl Agent {
     }
 
     /// Advances fade-in ramps to `now`: rebuilds the tables of services whose effective
-    /// weights moved enough (see [`weights_moved`]). When no ramp is running this does
-    /// no work at all. Returns whether tables were rebuilt.
+    /// weights moved enough (see [`weights_moved`]), and retries a reconcile that
+    /// failed. When no ramp is running and nothing failed this does no work at all.
+    /// Returns whether tables were rebuilt.
     ///
     /// # Errors
     /// A data-plane failure; the next tick retries.
     pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
         let mut rebuilt = false;
+        if self.retry {
+            // A reconcile failed (a map write, a neighbour entry): what the sources
+            // say now is still not programmed.
+            let (specs, fading) = self.specs_now(now);
+            self.reprogram(specs, fading, "retry")?;
+            log::info!("retried the failed reconcile: the data plane is up to date");
+            rebuilt = true;
+        }
         if self.slices.as_mut().is_some_and(SliceDir::scan) {
             self.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
             let (specs, fading) = self.specs_now(now);
@@ -375,6 +387,7 @@ impl Agent {
     ) -> Result<ApplyReport, AgentError> {
         let began = Instant::now();
         let result = self.reprogram_now(specs, fading);
+        self.retry = result.is_err();
         let error = result.as_ref().err().map(ToString::to_string);
         self.last_reconcile = Some(record(trigger, began, error, &mut self.reconciles));
         result

@@ -170,7 +170,7 @@ fn run_until_shutdown(
                             prober.sync(agent.probe_targets(), &reports);
                         }
                         Ok(None) => {}
-                        Err(err) => log::error!("applying etcd changes failed, retrying with the next change: {err}"),
+                        Err(err) => log::error!("applying etcd changes failed, retrying within a second: {err}"),
                     }
                 }
                 Some((query, reply)) = asked.recv() => {
