@@ -80,6 +80,11 @@ impl FadeStarts {
         UNIX_EPOCH + Duration::from_millis(ms)
     }
 
+    /// Whether no ramp start is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
     /// Forgets backends no longer configured (so one that comes back fades in again).
     pub fn retain(&mut self, live: &[(&str, IpAddr)]) {
         let mut keep: HashSet<(&str, IpAddr)> = HashSet::with_capacity(live.len());

@@ -22,7 +22,7 @@ use crate::{
     fade_state::FadeStarts,
     health::{Outcome, Probe, ProbeTarget},
     sources::{
-        etcd::{EtcdMessage, EtcdMirror},
+        etcd::{EtcdMessage, EtcdMirror, mirror::MirrorChange},
         slicedir::{Discovered, SliceDir},
     },
     sysctl::Forwarding,
@@ -316,7 +316,7 @@ impl Agent {
         let Some(mirror) = self.etcd.as_mut() else {
             return Ok(None);
         };
-        let mut changed = false;
+        let mut changed = MirrorChange::default();
         let mut synced = false;
         for msg in messages {
             synced |= matches!(msg, EtcdMessage::Snapshot { .. });
@@ -341,18 +341,23 @@ impl Agent {
                 }
                 _ => {}
             }
-            changed |= mirror.apply(msg);
+            changed.merge(mirror.apply_tracked(msg));
         }
         if synced {
             self.programmer.keep_unlisted(false);
         }
-        if !changed && !synced {
+        if !changed.any() && !synced {
             return Ok(None);
         }
-        let (config, rejected) = compose::compose(&self.file, self.etcd.as_ref());
-        self.config = config;
-        self.note_rejected(rejected);
-        self.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
+        if changed.services || synced {
+            let (config, rejected) = compose::compose(&self.file, self.etcd.as_ref());
+            self.config = config;
+            self.note_rejected(rejected);
+        }
+        // Only the Kubernetes services whose slices changed get new endpoint sets.
+        let dir = self.slices.as_ref().into_iter().flat_map(SliceDir::held);
+        let etcd = self.etcd.iter().flat_map(EtcdMirror::slices);
+        self.discovered.refresh(&changed.slices, dir.chain(etcd));
         let (specs, fading) = self.specs_now(now);
         save_starts(&mut self.starts);
         self.reprogram(specs, fading, "etcd").map(Some)

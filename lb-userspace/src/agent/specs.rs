@@ -81,14 +81,18 @@ pub fn specs_at(
             fading |= scale_relative(&mut spec.weights, &ramps, f, now);
         }
     }
-    let mut live: Vec<(&str, IpAddr)> =
-        Vec::with_capacity(specs.iter().map(|s| s.backends.len()).sum());
-    live.extend(
-        specs
-            .iter()
-            .flat_map(|s| s.backends.iter().map(|&a| (s.name.as_str(), a))),
-    );
-    starts.retain(&live);
+    // Pruning ramps of backends that left costs a set of every backend; without any
+    // ramp start recorded (no service fades in) there is nothing to prune.
+    if !starts.is_empty() {
+        let mut live: Vec<(&str, IpAddr)> =
+            Vec::with_capacity(specs.iter().map(|s| s.backends.len()).sum());
+        live.extend(
+            specs
+                .iter()
+                .flat_map(|s| s.backends.iter().map(|&a| (s.name.as_str(), a))),
+        );
+        starts.retain(&live);
+    }
     (specs, fading)
 }
 

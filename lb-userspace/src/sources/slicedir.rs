@@ -30,7 +30,7 @@ pub struct SliceDir {
 }
 
 /// Backends and creation times discovered from slices.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Discovered {
     /// Backends per service port, per service.
     pub backends: ServiceBackends,
@@ -147,6 +147,35 @@ impl SliceDir {
     /// Every slice held, by reference.
     pub fn held(&self) -> impl Iterator<Item = &Slice> + Clone {
         self.files.values().flat_map(|(_, p)| &p.slices)
+    }
+}
+
+impl Discovered {
+    /// Recomputes the entries of the services in `keys` from `slices` (every slice
+    /// held, from all sources), leaving the other services as they are. Equal to
+    /// [`discovered_from`] over all slices when `keys` names every service whose
+    /// slices changed; costs in proportion to those services, not to all.
+    pub fn refresh<'a>(
+        &mut self,
+        keys: &std::collections::BTreeSet<ServiceKey>,
+        slices: impl Iterator<Item = &'a Slice> + Clone,
+    ) {
+        if keys.is_empty() {
+            return;
+        }
+        let wanted: std::collections::HashSet<(&str, &str)> = keys
+            .iter()
+            .map(|(ns, svc)| (ns.as_str(), svc.as_str()))
+            .collect();
+        let fresh = discovered_from(
+            slices.filter(|s| wanted.contains(&(s.namespace.as_str(), s.service.as_str()))),
+        );
+        for key in keys {
+            self.backends.remove(key);
+            self.created.remove(key);
+        }
+        self.backends.extend(fresh.backends);
+        self.created.extend(fresh.created);
     }
 }
 

@@ -26,11 +26,14 @@ use lb_testbed::{
     shape::{ENDPOINTS, SERVICES, backend, slice_json, vip},
 };
 use lb_userspace::{
-    agent::{HealthMap, compose, discover, specs_at},
+    agent::{HealthMap, compose, specs_at},
     config::ValidConfig,
     dataplane::{Programmer, kernel::KernelDataplane},
     fade_state::FadeStarts,
-    sources::etcd::{EtcdMessage, EtcdMirror, run},
+    sources::{
+        etcd::{EtcdMessage, EtcdMirror, run},
+        slicedir::Discovered,
+    },
 };
 
 #[global_allocator]
@@ -48,6 +51,9 @@ fn service_json(s: usize) -> String {
 /// The node: what lbd holds between etcd messages.
 struct Node {
     file: ValidConfig,
+    /// The file's services plus etcd's.
+    config: ValidConfig,
+    discovered: Discovered,
     mirror: EtcdMirror,
     starts: FadeStarts,
     programmer: Programmer,
@@ -55,7 +61,8 @@ struct Node {
 }
 
 impl Node {
-    /// What `Agent::etcd_apply` does: apply, compose, endpoint sets, specs, program;
+    /// What `Agent::etcd_apply` does: apply, compose (if services changed), endpoint
+    /// sets of the services whose slices changed, specs, program;
     /// the time of each phase is added to `phases`.
     fn apply(&mut self, msg: EtcdMessage, phases: &mut [Duration; 5]) -> usize {
         let mut t = Instant::now();
@@ -63,16 +70,19 @@ impl Node {
             phases[i] += t.elapsed();
             t = Instant::now();
         };
-        self.mirror.apply(msg);
+        let change = self.mirror.apply_tracked(msg);
         lap(0);
-        let (config, _) = compose(&self.file, Some(&self.mirror));
+        if change.services {
+            self.config = compose(&self.file, Some(&self.mirror)).0;
+        }
         lap(1);
-        let discovered = discover(None, Some(&self.mirror));
+        self.discovered
+            .refresh(&change.slices, self.mirror.slices());
         lap(2);
         let health = HealthMap::new();
         let (specs, _) = specs_at(
-            &config,
-            &discovered,
+            &self.config,
+            &self.discovered,
             &mut self.starts,
             &health,
             SystemTime::now(),
@@ -127,6 +137,8 @@ fn main() -> ExitCode {
         rt.block_on(async move {
             let maps = KernelDataplane::load().expect("load BPF maps");
             let mut node = Node {
+                config: file.clone(),
+                discovered: Discovered::default(),
                 file,
                 mirror: EtcdMirror::new("/lb"),
                 starts: FadeStarts::load(None),

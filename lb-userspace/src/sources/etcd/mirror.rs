@@ -6,10 +6,13 @@
 //! node that saw the same revision holds the same state whatever it saw before, and
 //! builds byte-identical tables.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::EtcdMessage;
-use crate::{config::ServiceConfig, sources::endpointslice::Slice};
+use crate::{
+    config::ServiceConfig,
+    sources::endpointslice::{ServiceKey, Slice},
+};
 
 /// What one key holds.
 #[derive(Clone, Debug)]
@@ -20,6 +23,44 @@ enum Entry {
     Rejected(String),
     /// Under the prefix but not a key we read.
     Other,
+}
+
+/// What a message changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MirrorChange {
+    /// A service key changed (value, validity, presence).
+    pub services: bool,
+    /// The Kubernetes services (namespace, name) whose slices changed.
+    pub slices: BTreeSet<ServiceKey>,
+}
+
+impl MirrorChange {
+    /// Whether anything relevant changed.
+    pub fn any(&self) -> bool {
+        self.services || !self.slices.is_empty()
+    }
+
+    /// Adds everything `other` changed.
+    pub fn merge(&mut self, other: Self) {
+        self.services |= other.services;
+        self.slices.extend(other.slices);
+    }
+
+    /// Records that `entry` appeared or went away.
+    fn note(&mut self, entry: &Entry) {
+        match entry {
+            Entry::Service(_) => self.services = true,
+            Entry::Slices(slices) => self.slices.extend(
+                slices
+                    .iter()
+                    .map(|s| (s.namespace.clone(), s.service.clone())),
+            ),
+            // A rejected key may be a service or a slice: what it was before is
+            // noted separately, and a rejected service counts as a change.
+            Entry::Rejected(_) => self.services = true,
+            Entry::Other => {}
+        }
+    }
 }
 
 /// The mirrored prefix.
@@ -49,11 +90,16 @@ impl EtcdMirror {
 
     /// Applies one message; returns whether services or slices changed.
     pub fn apply(&mut self, msg: EtcdMessage) -> bool {
+        self.apply_tracked(msg).any()
+    }
+
+    /// Applies one message; returns what changed.
+    pub fn apply_tracked(&mut self, msg: EtcdMessage) -> MirrorChange {
+        let mut change = MirrorChange::default();
         match msg {
             EtcdMessage::Snapshot { revision, kvs } => {
                 self.down = None;
                 self.revision = revision;
-                let mut changed = false;
                 let keep: std::collections::HashSet<&str> =
                     kvs.iter().map(|(k, _)| k.as_str()).collect();
                 let gone: Vec<String> = self
@@ -63,51 +109,47 @@ impl EtcdMirror {
                     .cloned()
                     .collect();
                 for key in gone {
-                    changed |= self.delete(&key);
+                    self.delete(&key, &mut change);
                 }
                 for (key, value) in kvs {
-                    changed |= self.put(key, value);
+                    self.put(key, value, &mut change);
                 }
-                changed
             }
             EtcdMessage::Changes { revision, changes } => {
                 self.down = None;
                 self.revision = revision;
-                let mut changed = false;
                 for (key, value) in changes {
-                    changed |= match value {
-                        Some(v) => self.put(key, v),
-                        None => self.delete(&key),
-                    };
+                    match value {
+                        Some(v) => self.put(key, v, &mut change),
+                        None => self.delete(&key, &mut change),
+                    }
                 }
-                changed
             }
-            EtcdMessage::Down { error } => {
-                self.down = Some(error);
-                false
-            }
+            EtcdMessage::Down { error } => self.down = Some(error),
         }
+        change
     }
 
-    fn put(&mut self, key: String, value: Vec<u8>) -> bool {
+    fn put(&mut self, key: String, value: Vec<u8>, change: &mut MirrorChange) {
         if self.raw.get(&key) == Some(&value) {
-            return false;
+            return;
         }
         let entry = self.parse(&key, &value);
         if let Entry::Rejected(why) = &entry {
             log::error!("etcd key {key}: {why} (ignored until fixed)");
         }
         self.raw.insert(key.clone(), value);
-        let relevant = !matches!(entry, Entry::Other);
-        self.entries.insert(key, entry);
-        relevant
+        change.note(&entry);
+        if let Some(old) = self.entries.insert(key, entry) {
+            change.note(&old);
+        }
     }
 
-    fn delete(&mut self, key: &str) -> bool {
+    fn delete(&mut self, key: &str, change: &mut MirrorChange) {
         self.raw.remove(key);
-        self.entries
-            .remove(key)
-            .is_some_and(|e| !matches!(e, Entry::Other))
+        if let Some(old) = self.entries.remove(key) {
+            change.note(&old);
+        }
     }
 
     fn parse(&self, key: &str, value: &[u8]) -> Entry {
