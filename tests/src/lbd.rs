@@ -50,7 +50,8 @@ pub struct LbdProcess {
 
 impl LbdProcess {
     /// Writes `config` to a temporary file and starts `lbd` on it inside `ns`, then
-    /// waits (at most 20 s) until it reports the program attached.
+    /// waits (at most 20 s) until it reports the program attached and its admin socket
+    /// served.
     pub fn start(ns: &Netns, config: &str) -> Self {
         Self::start_with_state(ns, config, &[])
     }
@@ -167,7 +168,9 @@ impl LbdProcess {
             .append(true)
             .open(&self.log)
             .expect("open log");
-        let before = self.log().matches("attached to").count();
+        // lbd logs its admin socket after attaching: waiting for that line means lbctl
+        // can talk to it as soon as this returns.
+        let before = self.log().matches("admin API on").count();
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns_name])
             .arg(lbd_binary())
@@ -180,7 +183,7 @@ impl LbdProcess {
             .spawn()
             .expect("spawn lbd");
         self.child = Some(child);
-        self.wait_for_log("attached to", before + 1, Duration::from_secs(20));
+        self.wait_for_log("admin API on", before + 1, Duration::from_secs(20));
     }
 
     /// Stops lbd with SIGTERM (it leaves the pinned data plane forwarding), waits for
