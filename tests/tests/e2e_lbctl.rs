@@ -178,6 +178,18 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         assert_eq!(u(&bk["new_flows"]), served, "{name}");
         assert_eq!(u(&bk["flows"]), served, "{name}: conntrack entries");
     }
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../lb-userspace/conf/example.toml"
+    );
+    let checked = lbd.lbctl_json(&["config", "check", example]);
+    assert_eq!(u(&checked["services"]), 1, "{checked}");
+    let (code, _, err) = lbd.lbctl(&["config", "check", "/nonexistent/lbd.toml"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with("lbctl: /nonexistent/lbd.toml: cannot read"),
+        "{err}"
+    );
     let (code, _, err) = lbd.lbctl(&["backends", "nope"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("no service named \"nope\""), "{err}");

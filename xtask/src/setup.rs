@@ -11,7 +11,8 @@ use crate::cmd::{self, output, succeeds};
 
 /// Debian packages: LLVM 22 for bpf-linker (must match nightly rustc's LLVM major),
 /// iproute2 and ethtool for the network-namespace tests and the demo, protoc for the
-/// etcd client's generated code, and etcd itself for the fleet tests and benchmark.
+/// etcd client's generated code, etcd itself for the fleet tests and benchmark, and
+/// openssl for the certificates of the TLS test.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -19,6 +20,7 @@ const APT_PACKAGES: &[&str] = &[
     "ethtool",
     "protobuf-compiler",
     "etcd-server",
+    "openssl",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
