@@ -85,6 +85,11 @@ impl LbdProcess {
         self.bpffs.path().join("lb")
     }
 
+    /// lbd's config file.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
     /// lbd's admin socket.
     pub fn admin_socket(&self) -> PathBuf {
         self._dir.path().join("admin.sock")

@@ -171,3 +171,33 @@ fn nat_reaches_pods_on_their_target_port() {
     let (code, log) = lbd.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// `lbd --cleanup` after a SIGTERM removes the neighbour entries lbd made for backends
+/// it learnt from EndpointSlices (which the config file does not list): it reads them
+/// from the pinned maps.
+#[test]
+fn cleanup_removes_neighbours_of_backends_the_file_does_not_list() {
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let topo = Topology::build(&TopologyOptions::default());
+    let _servers = serve_backends(&topo, |_| VIP.into(), &[(ServerKind::Http, 80)]);
+    let slices = TempDir::new("slices-cleanup");
+    slices.write("web.yaml", &slice(&[(0, READY), (1, READY), (2, READY)]));
+    let mut lbd = LbdProcess::start(&topo.lb, &config(slices.path()));
+    let managed = || {
+        let out = std::process::Command::new("ip")
+            .args(["-n", topo.lb.name(), "neigh", "show", "dev", "eth0"])
+            .output()
+            .expect("ip neigh");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("managed"))
+            .count()
+    };
+    assert_eq!(managed(), 3, "lbd keeps the three backends resolved");
+    assert_eq!(lbd.stop_leaving_running(), Some(0));
+    assert_eq!(managed(), 3, "a SIGTERM leaves them for the next lbd");
+    let config = lbd.config_path().display().to_string();
+    let (code, out) = lb_testbed::lbd::run_lbd_in(&topo.lb, &["--cleanup", "--config", &config]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(managed(), 0, "cleanup removed them: {out}");
+}

@@ -621,7 +621,13 @@ impl Agent {
 /// # Errors
 /// A pin that exists could not be removed.
 pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
+    let mut backends = dsr_backends(&service_specs(config));
     if let Some(dir) = config.node.pin_dir() {
+        // What was programmed — from the file, EndpointSlices or etcd alike — is in
+        // the pinned maps; read it before the pins go.
+        if let Ok(maps) = crate::dataplane::maps::MapSet::open_pinned(dir) {
+            backends.extend(programmed_backends(&maps));
+        }
         let pin_error = |source| AgentError::PinDir {
             path: dir.display().to_string(),
             source,
@@ -632,14 +638,36 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
         }
         KernelDataplane::unpin_maps(dir).map_err(pin_error)?;
     }
+    backends.sort_unstable();
+    backends.dedup();
     if let Ok(index) = ifindex(&config.node.interface) {
-        for addr in dsr_backends(&service_specs(config)) {
+        for addr in backends {
             if let Err(err) = neighbour::remove(index, addr) {
                 log::warn!("removing neighbour entry for {addr}: {err}");
             }
         }
     }
     Ok(())
+}
+
+/// Backends in the lists of the `dsr` and `nat` services of a data plane: those whose
+/// neighbour entries lbd keeps resolved.
+fn programmed_backends(maps: &impl crate::dataplane::MapRead) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for (_, info) in maps.vips().unwrap_or_default() {
+        if lb_common::ForwardingMode::from_u32(info.mode) == Some(lb_common::ForwardingMode::L7) {
+            continue;
+        }
+        for i in 0..info.list_len {
+            let backend = maps
+                .list_entry(info.list_base + i)
+                .and_then(|id| maps.backend(id));
+            if let Ok(b) = backend {
+                out.push(crate::dataplane::from_addr16(b.addr));
+            }
+        }
+    }
+    out
 }
 
 /// Counts a reconcile that began at `began` into `histogram` and describes it.
