@@ -20,6 +20,9 @@ pub struct FadeStarts {
     starts: HashMap<String, HashMap<IpAddr, u64>>,
     path: Option<PathBuf>,
     dirty: bool,
+    /// Keep every start time, also of backends not live now (see
+    /// [`FadeStarts::hold`]).
+    held: bool,
 }
 
 /// The file's flat form → per service; keys that do not read as `service/address`
@@ -64,6 +67,7 @@ impl FadeStarts {
             starts,
             path,
             dirty: false,
+            held: false,
         }
     }
 
@@ -85,8 +89,18 @@ impl FadeStarts {
         self.starts.is_empty()
     }
 
+    /// While held, [`FadeStarts::retain`] forgets nothing: a restarted agent that has
+    /// not heard from a source yet (etcd) does not know its backends, and must not
+    /// restart their ramps for that.
+    pub fn hold(&mut self, held: bool) {
+        self.held = held;
+    }
+
     /// Forgets backends no longer configured (so one that comes back fades in again).
     pub fn retain(&mut self, live: &[(&str, IpAddr)]) {
+        if self.held {
+            return;
+        }
         let mut keep: HashSet<(&str, IpAddr)> = HashSet::with_capacity(live.len());
         keep.extend(live.iter().copied());
         let before: usize = self.starts.values().map(HashMap::len).sum();
@@ -152,6 +166,14 @@ mod tests {
             t0,
             "the old start is kept"
         );
+        again.hold(true);
+        again.retain(&[]);
+        assert_eq!(
+            again.first_seen("web", addr, later),
+            t0,
+            "held: nothing forgotten"
+        );
+        again.hold(false);
         again.retain(&[]);
         again.save().expect("save");
         let mut forgotten = FadeStarts::load(Some(path));

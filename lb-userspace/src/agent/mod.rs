@@ -163,9 +163,10 @@ impl Agent {
             .as_ref()
             .map(|e| EtcdMirror::new(&e.prefix));
         if etcd.is_some() {
-            // Services adopted from the pinned maps may come from etcd: keep them
-            // until etcd has been heard from.
+            // Services adopted from the pinned maps may come from etcd: keep them, and
+            // their backends' ramp start times, until etcd has been heard from.
             programmer.keep_unlisted(true);
+            starts.hold(true);
         }
         let discovered = compose::discover(slices.as_ref(), etcd.as_ref());
         let (specs, fading) = specs_at(
@@ -345,6 +346,7 @@ impl Agent {
         }
         if synced {
             self.programmer.keep_unlisted(false);
+            self.starts.hold(false);
         }
         if !changed.any() && !synced {
             return Ok(None);
