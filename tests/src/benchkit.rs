@@ -63,20 +63,9 @@ pub struct Cost {
 impl Cost {
     /// Runs `work` and measures it.
     pub fn measure<T>(work: impl FnOnce() -> T) -> (T, Cost) {
-        let (a0, b0, c0, t0) = (
-            ALLOCS.load(Relaxed),
-            BYTES.load(Relaxed),
-            cpu_time(),
-            Instant::now(),
-        );
+        let meter = Meter::start();
         let out = work();
-        let cost = Cost {
-            wall: t0.elapsed(),
-            cpu: cpu_time().saturating_sub(c0),
-            allocs: ALLOCS.load(Relaxed) - a0,
-            bytes: BYTES.load(Relaxed) - b0,
-        };
-        (out, cost)
+        (out, meter.stop())
     }
 
     /// One report line.
@@ -88,6 +77,37 @@ impl Cost {
             self.allocs,
             self.bytes as f64 / 1e6
         )
+    }
+}
+
+/// A measurement under way, for work that cannot be wrapped in a closure (async).
+#[derive(Debug)]
+pub struct Meter {
+    allocs: u64,
+    bytes: u64,
+    cpu: Duration,
+    wall: Instant,
+}
+
+impl Meter {
+    /// Starts measuring now.
+    pub fn start() -> Self {
+        Self {
+            allocs: ALLOCS.load(Relaxed),
+            bytes: BYTES.load(Relaxed),
+            cpu: cpu_time(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// What the work since [`Meter::start`] cost.
+    pub fn stop(&self) -> Cost {
+        Cost {
+            wall: self.wall.elapsed(),
+            cpu: cpu_time().saturating_sub(self.cpu),
+            allocs: ALLOCS.load(Relaxed) - self.allocs,
+            bytes: BYTES.load(Relaxed) - self.bytes,
+        }
     }
 }
 

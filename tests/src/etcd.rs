@@ -164,15 +164,12 @@ impl EtcdServer {
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).expect("etcd log");
         let url = self.client_url();
         let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns_name, &etcd_binary()]);
         if let Some(tls) = &self.tls {
-            cmd.arg("netns")
-                .args(["exec", &self.ns_name, &etcd_binary()])
-                .args(["--cert-file", &tls.file("server.pem")])
+            cmd.args(["--cert-file", &tls.file("server.pem")])
                 .args(["--key-file", &tls.file("server-key.pem")])
                 .args(["--trusted-ca-file", &tls.file("ca.pem")])
                 .arg("--client-cert-auth");
-        } else {
-            cmd.args(["netns", "exec", &self.ns_name, &etcd_binary()]);
         }
         let child = cmd
             .args(["--name", "lbtest"])

@@ -149,14 +149,7 @@ impl MapSet {
     /// The walk failed.
     pub fn flows(&self) -> Result<Vec<(FlowKey, FlowEntry)>, DataplaneError> {
         let mut out = Vec::new();
-        for item in self.conntrack.iter() {
-            match item {
-                Ok(kv) => out.push(kv),
-                // An entry evicted between reading its key and its value.
-                Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(source) => return Err(map_error("iterate", names::CONNTRACK)(source)),
-            }
-        }
+        walk_flows(&self.conntrack, |key, entry| out.push((key, entry)))?;
         Ok(out)
     }
 
@@ -233,18 +226,28 @@ impl ConntrackReader {
 
 fn count_flows(map: &HashMap<MapData, FlowKey, FlowEntry>) -> Result<FlowCounts, DataplaneError> {
     let mut counts = FlowCounts::default();
+    walk_flows(map, |_, entry| {
+        *counts.per_backend.entry(entry.backend_id).or_default() += 1;
+        counts.total += 1;
+    })?;
+    Ok(counts)
+}
+
+/// Calls `each` for every conntrack entry. The map changes while it is walked, so this
+/// is a close snapshot, not an atomic one.
+fn walk_flows(
+    map: &HashMap<MapData, FlowKey, FlowEntry>,
+    mut each: impl FnMut(FlowKey, FlowEntry),
+) -> Result<(), DataplaneError> {
     for item in map.iter() {
         match item {
-            Ok((_, entry)) => {
-                *counts.per_backend.entry(entry.backend_id).or_default() += 1;
-                counts.total += 1;
-            }
+            Ok((key, entry)) => each(key, entry),
             // An entry evicted between reading its key and its value.
             Err(aya::maps::MapError::KeyNotFound) => {}
             Err(source) => return Err(map_error("iterate", names::CONNTRACK)(source)),
         }
     }
-    Ok(counts)
+    Ok(())
 }
 
 fn sum_stats(

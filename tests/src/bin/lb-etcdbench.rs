@@ -20,7 +20,7 @@ use std::{
 
 use lb_testbed::{
     Netns,
-    benchkit::{Cost, Counting, ms, peak_rss},
+    benchkit::{Counting, Meter, ms, peak_rss},
     etcd::{ETCD_ADDR, EtcdServer},
     is_root,
     shape::{ENDPOINTS, SERVICES, backend, slice_json, vip},
@@ -148,12 +148,7 @@ fn main() -> ExitCode {
             let rss_before = peak_rss();
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
             // Cold start: connect, list, build, program.
-            let started = Instant::now();
-            let (a0, b0, c0) = (
-                lb_testbed::benchkit::ALLOCS.load(std::sync::atomic::Ordering::Relaxed),
-                lb_testbed::benchkit::BYTES.load(std::sync::atomic::Ordering::Relaxed),
-                lb_testbed::benchkit::cpu_time(),
-            );
+            let meter = Meter::start();
             tokio::spawn(run(settings.clone(), tx));
             let mut cold_phases = [Duration::ZERO; 5];
             let programmed = loop {
@@ -165,12 +160,7 @@ fn main() -> ExitCode {
                     }
                 }
             };
-            let cold = Cost {
-                wall: started.elapsed(),
-                cpu: lb_testbed::benchkit::cpu_time().saturating_sub(c0),
-                allocs: lb_testbed::benchkit::ALLOCS.load(std::sync::atomic::Ordering::Relaxed) - a0,
-                bytes: lb_testbed::benchkit::BYTES.load(std::sync::atomic::Ordering::Relaxed) - b0,
-            };
+            let cold = meter.stop();
             let mut out = format!(
                 "cold start from etcd ({programmed} services programmed into kernel maps):\n  {}\n  (peak RSS of this process, which also generated the 8.5 MB of input: {:.1} MB before, {:.1} MB after)\n\n",
                 cold.line("connect + list + build + program"),
