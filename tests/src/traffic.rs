@@ -344,13 +344,24 @@ pub fn udp_requests(ns: &Netns, vip: impl Into<IpAddr>, port: u16, count: usize)
 }
 
 fn udp_exchange(target: SocketAddr, i: usize) -> Result<String, String> {
-    let fail = |what: &str, e: std::io::Error| format!("datagram {i}: {what}: {e}");
     let any = if target.is_ipv6() {
         "[::]:0"
     } else {
         "0.0.0.0:0"
     };
-    let sock = UdpSocket::bind(any).map_err(|e| fail("bind", e))?;
+    udp_exchange_from(any.parse().expect("wildcard address"), target, i)
+}
+
+/// From inside `ns`, one datagram from the fixed client address and port `src` to
+/// `target`; the answering backend's name. A fixed port makes the 5-tuple known (for
+/// predicting the backend) and never repeated by chance.
+pub fn udp_request_from(ns: &Netns, src: SocketAddr, target: SocketAddr) -> Result<String, String> {
+    ns.run(move || udp_exchange_from(src, target, 0))
+}
+
+fn udp_exchange_from(bind: SocketAddr, target: SocketAddr, i: usize) -> Result<String, String> {
+    let fail = |what: &str, e: std::io::Error| format!("datagram {i}: {what}: {e}");
+    let sock = UdpSocket::bind(bind).map_err(|e| fail("bind", e))?;
     sock.connect(target).map_err(|e| fail("connect", e))?;
     sock.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| fail("timeout", e))?;

@@ -6,7 +6,7 @@
 
 use std::{
     collections::BTreeMap,
-    net::{IpAddr, SocketAddr, UdpSocket},
+    net::{IpAddr, SocketAddr},
     time::Duration,
 };
 
@@ -57,20 +57,9 @@ fn name_of(addr: &str) -> String {
 /// One datagram from `src` (a fixed client port) to the dns VIP; the answering
 /// backend's name.
 fn datagram_from(topo: &Topology, src: SocketAddr) -> String {
-    topo.client.run(move || {
-        let sock = UdpSocket::bind(src).expect("bind client port");
-        sock.connect((VIP, UDP_PORT)).expect("connect");
-        sock.set_read_timeout(Some(Duration::from_secs(2)))
-            .expect("timeout");
-        sock.send(b"ping x").expect("send");
-        let mut buf = [0u8; 512];
-        let n = sock.recv(&mut buf).expect("answer");
-        let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
-        reply
-            .strip_suffix(" ping x")
-            .expect("reply format")
-            .to_owned()
-    })
+    let target = SocketAddr::new(VIP.into(), UDP_PORT);
+    lb_testbed::traffic::udp_request_from(&topo.client, src, target)
+        .unwrap_or_else(|e| panic!("from {src}: {e}"))
 }
 
 /// One datagram from each client port in `ports`; answers per backend name.
