@@ -11,6 +11,7 @@ pub mod explain;
 pub mod fade_state;
 pub mod fadein;
 pub mod health;
+pub mod l7;
 pub mod maglev;
 pub mod sources;
 pub mod sysctl;
