@@ -8,5 +8,7 @@
 //! - [`accesslog`] renders skipper's access-log line (or JSON) into a reused buffer.
 //! - [`proxy`] serves the VIPs with hyper and forwards with pooled connections.
 
+pub mod accesslog;
 pub mod balance;
 pub mod eskip;
+pub mod routes;

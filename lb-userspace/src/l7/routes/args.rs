@@ -1,0 +1,111 @@
+//! Argument checking for predicates and filters: every mistake becomes a
+//! [`RouteError`] at the call's position that says what the call takes.
+
+use regex::Regex;
+
+use super::RouteError;
+use crate::l7::eskip::{Arg, Call};
+
+/// A call's arguments with the context errors need.
+pub struct Args<'a> {
+    pub call: &'a Call,
+    pub route: &'a str,
+}
+
+impl<'a> Args<'a> {
+    pub fn fail(&self, what: impl std::fmt::Display) -> RouteError {
+        RouteError {
+            pos: self.call.pos,
+            route: self.route.to_owned(),
+            message: format!("{}: {what}", self.call.name),
+        }
+    }
+
+    /// Requires between `min` and `max` arguments.
+    pub fn count(&self, min: usize, max: usize, usage: &str) -> Result<(), RouteError> {
+        let n = self.call.args.len();
+        if n < min || n > max {
+            return Err(self.fail(format!(
+                "takes {usage}, got {n} argument{}",
+                if n == 1 { "" } else { "s" }
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.call.args.len()
+    }
+
+    pub fn str(&self, i: usize) -> Result<&'a str, RouteError> {
+        match &self.call.args[i] {
+            Arg::Str(s) => Ok(s),
+            other => Err(self.fail(format!(
+                "argument {} must be a string, not {}",
+                i + 1,
+                kind(other)
+            ))),
+        }
+    }
+
+    pub fn num(&self, i: usize) -> Result<f64, RouteError> {
+        match &self.call.args[i] {
+            Arg::Num(n) => Ok(*n),
+            other => Err(self.fail(format!(
+                "argument {} must be a number, not {}",
+                i + 1,
+                kind(other)
+            ))),
+        }
+    }
+
+    /// A regexp argument: `/re/`, or a string holding one (skipper accepts both).
+    pub fn regex(&self, i: usize) -> Result<Regex, RouteError> {
+        let text = match &self.call.args[i] {
+            Arg::Regex(r) | Arg::Str(r) => r,
+            other => {
+                return Err(self.fail(format!(
+                    "argument {} must be a regexp, not {}",
+                    i + 1,
+                    kind(other)
+                )));
+            }
+        };
+        Regex::new(text).map_err(|e| self.fail(format!("argument {}: bad regexp: {e}", i + 1)))
+    }
+
+    pub fn status(&self, i: usize) -> Result<http::StatusCode, RouteError> {
+        let n = self.num(i)?;
+        if n.fract() != 0.0 || !(100.0..=599.0).contains(&n) {
+            return Err(self.fail(format!("{n} is not an HTTP status (100-599)")));
+        }
+        http::StatusCode::from_u16(n as u16).map_err(|e| self.fail(e))
+    }
+
+    pub fn header_name(&self, i: usize) -> Result<http::HeaderName, RouteError> {
+        let s = self.str(i)?;
+        http::HeaderName::from_bytes(s.as_bytes())
+            .map_err(|_| self.fail(format!("{s:?} is not a header name")))
+    }
+
+    pub fn header_value(&self, i: usize) -> Result<http::HeaderValue, RouteError> {
+        let s = self.str(i)?;
+        http::HeaderValue::from_str(s)
+            .map_err(|_| self.fail(format!("{s:?} is not a valid header value")))
+    }
+
+    /// Every argument as a string.
+    pub fn strings(&self) -> Result<Vec<String>, RouteError> {
+        (0..self.len())
+            .map(|i| self.str(i).map(str::to_owned))
+            .collect()
+    }
+}
+
+fn kind(arg: &Arg) -> &'static str {
+    match arg {
+        Arg::Str(_) => "a string",
+        Arg::Regex(_) => "a regexp",
+        Arg::Num(_) => "a number",
+    }
+}

@@ -1,0 +1,167 @@
+//! Route predicates: path patterns and the request checks.
+
+use regex::Regex;
+
+/// A path predicate, matched before the others: `Path` patterns and `PathSubtree`.
+#[derive(Clone, Debug)]
+pub enum PathMatch {
+    /// `Path("/a/:id/*rest")`: literal segments, `:name` one non-empty segment, a
+    /// final `*name` the rest (possibly empty).
+    Pattern(Vec<Segment>),
+    /// `PathSubtree("/base")`: `/base`, `/base/` and everything below.
+    Subtree(String),
+}
+
+/// One segment of a `Path` pattern.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Segment {
+    /// Must equal this.
+    Literal(String),
+    /// `:name`
+    Param,
+    /// `*name`, last only.
+    Rest,
+}
+
+impl PathMatch {
+    /// Parses a `Path` pattern; `Err` says what is wrong with it.
+    pub fn pattern(text: &str) -> Result<Self, String> {
+        if !text.starts_with('/') {
+            return Err(format!("path {text:?} must start with `/`"));
+        }
+        let parts: Vec<&str> = text[1..].split('/').collect();
+        let mut segments = Vec::with_capacity(parts.len());
+        for (i, p) in parts.iter().enumerate() {
+            segments.push(if p.starts_with(':') && p.len() > 1 {
+                Segment::Param
+            } else if p.starts_with('*') && p.len() > 1 {
+                if i + 1 != parts.len() {
+                    return Err(format!(
+                        "path {text:?}: a `*` wildcard must be the last segment"
+                    ));
+                }
+                Segment::Rest
+            } else {
+                Segment::Literal((*p).to_owned())
+            });
+        }
+        Ok(Self::Pattern(segments))
+    }
+
+    /// Parses a `PathSubtree` base (a trailing `/` is ignored).
+    pub fn subtree(text: &str) -> Result<Self, String> {
+        if !text.starts_with('/') {
+            return Err(format!("path {text:?} must start with `/`"));
+        }
+        Ok(Self::Subtree(text.trim_end_matches('/').to_owned()))
+    }
+
+    /// Whether `path` (without the query) matches.
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            Self::Subtree(base) => {
+                path.starts_with(base.as_str())
+                    && (path.len() == base.len() || path.as_bytes()[base.len()] == b'/')
+            }
+            Self::Pattern(segments) => {
+                let Some(rest) = path.strip_prefix('/') else {
+                    return false;
+                };
+                let mut parts = rest.split('/');
+                for seg in segments {
+                    match seg {
+                        Segment::Rest => return true,
+                        Segment::Param => match parts.next() {
+                            Some(p) if !p.is_empty() => {}
+                            _ => return false,
+                        },
+                        Segment::Literal(l) => {
+                            if parts.next() != Some(l.as_str()) {
+                                return false;
+                            }
+                        }
+                    }
+                }
+                parts.next().is_none()
+            }
+        }
+    }
+
+    /// How specific the match is, for route order: exact paths before patterns with
+    /// parameters, before wildcards and subtrees; longer literal prefixes first.
+    pub fn specificity(&self) -> (u8, usize) {
+        match self {
+            Self::Pattern(segs) => {
+                let literal = segs
+                    .iter()
+                    .take_while(|s| matches!(s, Segment::Literal(_)))
+                    .map(|s| match s {
+                        Segment::Literal(l) => l.len() + 1,
+                        _ => 0,
+                    })
+                    .sum();
+                let class = if segs.iter().all(|s| matches!(s, Segment::Literal(_))) {
+                    4
+                } else if segs.contains(&Segment::Rest) {
+                    2
+                } else {
+                    3
+                };
+                (class, literal)
+            }
+            Self::Subtree(base) => (2, base.len()),
+        }
+    }
+}
+
+/// A predicate other than the path.
+#[derive(Clone, Debug)]
+pub enum Predicate {
+    /// `PathRegexp(/re/)`
+    PathRegexp(Regex),
+    /// `Host(/re/)`, against the Host header (or the HTTP/2 authority).
+    Host(Regex),
+    /// `Method("GET")`, `Methods("GET", "HEAD")`.
+    Methods(Vec<http::Method>),
+    /// `Header("K", "V")`: some value equals `V`.
+    Header(http::HeaderName, String),
+    /// `HeaderRegexp("K", /re/)`: some value matches.
+    HeaderRegexp(http::HeaderName, Regex),
+    /// `True()` / `False()`.
+    Const(bool),
+}
+
+/// What predicates look at.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestView<'a> {
+    /// Method.
+    pub method: &'a http::Method,
+    /// Path without the query.
+    pub path: &'a str,
+    /// Host header or authority.
+    pub host: &'a str,
+    /// Headers.
+    pub headers: &'a http::HeaderMap,
+}
+
+impl Predicate {
+    /// Whether the request satisfies it.
+    pub fn matches(&self, req: &RequestView<'_>) -> bool {
+        match self {
+            Self::PathRegexp(re) => re.is_match(req.path),
+            Self::Host(re) => re.is_match(req.host),
+            Self::Methods(m) => m.contains(req.method),
+            Self::Header(name, value) => req
+                .headers
+                .get_all(name)
+                .iter()
+                .any(|v| v.as_bytes() == value.as_bytes()),
+            Self::HeaderRegexp(name, re) => req
+                .headers
+                .get_all(name)
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|v| re.is_match(v))),
+            Self::Const(b) => *b,
+        }
+    }
+}
