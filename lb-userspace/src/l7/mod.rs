@@ -11,4 +11,5 @@
 pub mod accesslog;
 pub mod balance;
 pub mod eskip;
+pub mod proxy;
 pub mod routes;

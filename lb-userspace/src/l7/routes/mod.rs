@@ -95,7 +95,7 @@ pub struct Route {
     /// `enableAccessLog`/`disableAccessLog`, if the route has one (last wins).
     pub access_log: Option<StatusSet>,
     /// `maskAccessLogQuery` keys.
-    pub mask_query: Vec<String>,
+    pub mask_query: Arc<[String]>,
     order: (u8, usize, f64, usize),
 }
 
@@ -310,7 +310,7 @@ fn compile_route(r: &eskip::Route, index: usize, cx: &Context<'_>) -> Result<Rou
         filters,
         backend,
         access_log: settings.access_log,
-        mask_query: settings.mask_query,
+        mask_query: settings.mask_query.into(),
         order: (class, literal, count as f64 + weight, index),
     })
 }

@@ -275,7 +275,7 @@ fn route_settings_and_backends_compile() {
     );
     let log = lb.access_log.expect("has a rule");
     assert!(!log.contains(200) && !log.contains(404) && log.contains(500));
-    assert_eq!(lb.mask_query, vec!["token".to_owned()]);
+    assert_eq!(&lb.mask_query[..], ["token".to_owned()]);
     let Backend::Pool(pool) = &lb.backend else {
         panic!("a pool")
     };

@@ -1,0 +1,102 @@
+//! Header handling between client and backend: hop-by-hop headers stay on their hop,
+//! `X-Forwarded-For` gains the client, `X-Forwarded-Proto` says how it came in.
+
+use http::{HeaderMap, HeaderName, HeaderValue, header};
+
+/// Headers that belong to one connection (RFC 9110 §7.6.1, plus the legacy
+/// `Keep-Alive` and `Proxy-Connection`).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Removes hop-by-hop headers and those the Connection header names; `Upgrade` too
+/// (the proxy does not tunnel protocol upgrades).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Names listed in Connection are removed first, while it is still there.
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// Appends `client` to X-Forwarded-For (one header, comma-joined) and sets
+/// X-Forwarded-Proto unless a trusted hop before us set it.
+pub fn add_forwarded(headers: &mut HeaderMap, client: std::net::IpAddr, proto: &'static str) {
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let mut value = String::with_capacity(64);
+    for v in headers.get_all(&xff) {
+        if let Ok(s) = v.to_str() {
+            if !value.is_empty() {
+                value.push_str(", ");
+            }
+            value.push_str(s);
+        }
+    }
+    if !value.is_empty() {
+        value.push_str(", ");
+    }
+    use std::fmt::Write as _;
+    let _ = write!(value, "{client}");
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(xff, v);
+    }
+    let proto_name = HeaderName::from_static("x-forwarded-proto");
+    if !headers.contains_key(&proto_name) {
+        headers.insert(proto_name, HeaderValue::from_static(proto));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, X-Secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn forwarded_for_appends_the_client() {
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, "198.18.0.1".parse().expect("ip"), "http");
+        assert_eq!(h["x-forwarded-for"], "198.18.0.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        h.append("x-forwarded-for", HeaderValue::from_static("198.18.0.9"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        add_forwarded(&mut h, "2001:db8::1".parse().expect("ip"), "http");
+        assert_eq!(h["x-forwarded-for"], "198.18.0.1, 198.18.0.9, 2001:db8::1");
+        assert_eq!(h["x-forwarded-proto"], "https");
+    }
+}

@@ -1,0 +1,501 @@
+//! The L7 proxy with real HTTP clients and backends in a namespace of its own:
+//! skipper's tutorial routes, failover retries, endpoint updates, route reloads under
+//! load, limits against bad clients, h2c, the access log and graceful shutdown.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
+
+use lb_testbed::{
+    Netns,
+    http::{EchoBackend, client, get, raw, send},
+    is_root,
+};
+use lb_userspace::l7::{
+    accesslog::{AccessLog, AccessLogConfig},
+    balance::EndpointSpec,
+    proxy::{L7Config, Proxy, ServiceInput},
+};
+
+const VIP: &str = "198.18.0.1";
+
+/// A namespace with the VIP and backend addresses 198.18.0.11-19 on its loopback.
+fn namespace() -> Netns {
+    assert!(is_root(), "this test needs root (network namespaces)");
+    let ns = Netns::new("l7");
+    ns.ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
+    for i in 11..20 {
+        ns.ip(&["addr", "add", &format!("198.18.0.{i}/32"), "dev", "lo"]);
+    }
+    ns
+}
+
+fn backend_addr(i: u8, port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::from([198, 18, 0, 11 + i]), port)
+}
+
+fn service(
+    name: &str,
+    port: u16,
+    routes: Option<&str>,
+    endpoints: Vec<EndpointSpec>,
+) -> ServiceInput {
+    ServiceInput {
+        name: name.into(),
+        listen: SocketAddr::new(VIP.parse().expect("vip"), port),
+        routes: routes.map(Arc::from),
+        routes_origin: format!("service {name} routes"),
+        endpoints,
+    }
+}
+
+fn endpoint(addr: SocketAddr, weight: u32) -> EndpointSpec {
+    EndpointSpec {
+        authority: addr.to_string(),
+        weight,
+        created: None,
+    }
+}
+
+fn proxy_with(config: &L7Config, log: Option<AccessLog>) -> Proxy {
+    let limits = config.limits().expect("valid limits");
+    Proxy::start(limits, 2, log, true).expect("proxy starts")
+}
+
+fn url(port: u16, path: &str) -> String {
+    format!("http://{VIP}:{port}{path}")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn skipper_tutorial_routes_answer_as_in_skipper() {
+    namespace().run(|| {
+        let rt = runtime();
+        let b8080 = rt.block_on(EchoBackend::start(backend_addr(0, 8080), "b8080"));
+        let b9998 = rt.block_on(EchoBackend::start(backend_addr(1, 9998), "b9998"));
+        let b9997 = rt.block_on(EchoBackend::start(backend_addr(2, 9997), "b9997"));
+        let r1 = format!(r#"r1: * -> setQuery("lang", "pt") -> "http://{}/";"#, b8080.addr);
+        let r2 = r#"r2: * -> inlineContent("Hello world!") -> status(200) -> <shunt>;"#;
+        let r3 = r#"r3: * -> redirectTo(308, "http://127.0.0.1:9999") -> <shunt>;"#;
+        let r4 = r#"r4: Path("/a/base/") -> modPath("/a/base/", "/my/new/base/") -> redirectTo(308, "https://another-example.com") -> <shunt>;"#;
+        let r5 = format!(r#"r5: * -> <roundRobin, "http://{}", "http://{}">;"#, b9998.addr, b9997.addr);
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let errors = proxy.apply(&[
+            service("r1", 81, Some(&r1), vec![]),
+            service("r2", 82, Some(r2), vec![]),
+            service("r3", 83, Some(r3), vec![]),
+            service("r4", 84, Some(r4), vec![]),
+            service("r5", 85, Some(&r5), vec![]),
+        ]);
+        assert!(errors.is_empty(), "{errors:?}");
+        rt.block_on(async {
+            let c = client(false);
+            let a = get(&c, &url(81, "/x?b=2&a=1")).await.expect("r1");
+            assert_eq!((a.status, a.backend()), (200, "b8080"));
+            assert!(a.body.contains("GET /x?a=1&b=2&lang=pt\n"), "backend saw {}", a.body);
+            let a = get(&c, &url(81, "/")).await.expect("r1");
+            assert!(a.body.contains("GET /?lang=pt\n"), "{}", a.body);
+
+            let a = get(&c, &url(82, "/anything")).await.expect("r2");
+            assert_eq!((a.status, a.body.as_str()), (200, "Hello world!"));
+            assert_eq!(a.header("content-type"), "text/plain; charset=utf-8");
+            assert_eq!(a.header("content-length"), "12");
+
+            let a = get(&c, &url(83, "/some/path?x=1")).await.expect("r3");
+            assert_eq!((a.status, a.header("location")), (308, "http://127.0.0.1:9999/some/path?x=1"));
+            let a = get(&c, &url(84, "/a/base/")).await.expect("r4");
+            assert_eq!((a.status, a.header("location")), (308, "https://another-example.com/my/new/base/"));
+            let a = get(&c, &url(84, "/a/base/?keep=1")).await.expect("r4");
+            assert_eq!(a.header("location"), "https://another-example.com/my/new/base/?keep=1");
+            let a = get(&c, &url(84, "/other")).await.expect("r4");
+            assert_eq!(a.status, 404, "no route matches");
+
+            let mut seen = Vec::new();
+            for _ in 0..10 {
+                seen.push(get(&c, &url(85, "/")).await.expect("r5").backend().to_owned());
+            }
+            for pair in seen.windows(2) {
+                assert_ne!(pair[0], pair[1], "round robin alternates: {seen:?}");
+            }
+        });
+        proxy.shutdown();
+    });
+}
+
+#[test]
+fn forwarding_headers_and_http2() {
+    namespace().run(|| {
+        let rt = runtime();
+        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b0"));
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let routes = format!(r#"r: * -> setRequestHeader("X-Added", "yes") -> setResponseHeader("X-Via", "lbd") -> "http://{}";"#, b.addr);
+        assert!(proxy.apply(&[service("web", 80, Some(&routes), vec![])]).is_empty());
+        rt.block_on(async {
+            let a = send(&client(false), "GET", &url(80, "/h"), &[("X-Forwarded-For", "198.18.5.5"), ("Connection", "X-Secret"), ("X-Secret", "s")], "")
+                .await
+                .expect("h1");
+            assert_eq!(a.status, 200);
+            assert!(a.body.contains(&format!("x-forwarded-for: 198.18.5.5, {VIP}\n")), "{}", a.body);
+            assert!(a.body.contains("x-forwarded-proto: http\n"), "{}", a.body);
+            assert!(a.body.contains("x-added: yes\n"));
+            assert!(a.body.contains(&format!("host: {VIP}\n")), "the Host is kept: {}", a.body);
+            assert!(!a.body.contains("x-secret"), "a Connection-listed header is hop-by-hop");
+            assert_eq!(a.header("x-via"), "lbd");
+            let a = send(&client(true), "POST", &url(80, "/h2"), &[], "payload").await.expect("h2c");
+            assert_eq!(a.status, 200);
+            assert!(a.body.contains("POST /h2\n") && a.body.contains("body: payload\n"), "{}", a.body);
+            assert!(a.body.contains(&format!("host: {VIP}:80\n")), "h2 authority becomes Host: {}", a.body);
+        });
+        proxy.shutdown();
+    });
+}
+
+#[test]
+fn failover_retries_idempotent_requests_on_the_next_endpoint() {
+    namespace().run(|| {
+        let rt = runtime();
+        let live = rt.block_on(EchoBackend::start(backend_addr(0, 80), "live"));
+        // Nothing listens on backend 1 and 2: connecting is refused.
+        let dead = [backend_addr(1, 80), backend_addr(2, 80)];
+        let routes = format!(
+            r#"r: * -> <roundRobin, "http://{}", "http://{}", "http://{}">;"#,
+            dead[0], dead[1], live.addr
+        );
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        assert!(
+            proxy
+                .apply(&[service("web", 80, Some(&routes), vec![])])
+                .is_empty()
+        );
+        let state = Arc::clone(proxy.service("web").expect("running"));
+        rt.block_on(async {
+            let c = client(false);
+            for i in 0..60 {
+                let a = get(&c, &url(80, &format!("/{i}"))).await.expect("answer");
+                assert_eq!(
+                    (a.status, a.backend()),
+                    (200, "live"),
+                    "GET {i} failed over"
+                );
+            }
+        });
+        let retries = state
+            .stats()
+            .retries
+            .load(std::sync::atomic::Ordering::Relaxed);
+        // Round robin starts at dead[0] 20 times (2 retries) and dead[1] 20 times (1).
+        assert_eq!(retries, 60, "each failed connect is one counted attempt");
+        rt.block_on(async {
+            let c = client(false);
+            let (mut ok, mut bad) = (0, 0);
+            for _ in 0..30 {
+                let a = send(&c, "POST", &url(80, "/"), &[], "data")
+                    .await
+                    .expect("answer");
+                match a.status {
+                    200 => ok += 1,
+                    502 => bad += 1,
+                    s => panic!("unexpected {s}"),
+                }
+            }
+            assert_eq!((ok, bad), (10, 20), "a request with a body is not repeated");
+        });
+        assert_eq!(
+            state
+                .stats()
+                .retries
+                .load(std::sync::atomic::Ordering::Relaxed),
+            60
+        );
+        proxy.shutdown();
+    });
+}
+
+#[test]
+fn service_endpoint_updates_and_route_reloads_under_load_fail_no_request() {
+    namespace().run(|| {
+        let rt = runtime();
+        let a = rt.block_on(EchoBackend::start(backend_addr(0, 80), "a"));
+        let b = rt.block_on(EchoBackend::start(backend_addr(1, 80), "b"));
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let both = vec![endpoint(a.addr, 1), endpoint(b.addr, 1)];
+        assert!(
+            proxy
+                .apply(&[service("svc", 80, None, both.clone())])
+                .is_empty()
+        );
+        let count = |n: usize| {
+            rt.block_on(async {
+                let c = client(false);
+                let mut by = std::collections::BTreeMap::<String, usize>::new();
+                for _ in 0..n {
+                    let r = get(&c, &url(80, "/")).await.expect("answer");
+                    assert_eq!(r.status, 200);
+                    *by.entry(r.backend().to_owned()).or_default() += 1;
+                }
+                by
+            })
+        };
+        let by = count(40);
+        assert_eq!(
+            (by["a"], by["b"]),
+            (20, 20),
+            "the default route balances the service's endpoints"
+        );
+        // Health says b is down: weight 0.
+        assert!(
+            proxy
+                .apply(&[service(
+                    "svc",
+                    80,
+                    None,
+                    vec![endpoint(a.addr, 1), endpoint(b.addr, 0)]
+                )])
+                .is_empty()
+        );
+        assert_eq!(
+            count(20).get("b"),
+            None,
+            "an unhealthy endpoint gets no requests"
+        );
+        assert!(
+            proxy
+                .apply(&[service("svc", 80, None, both.clone())])
+                .is_empty()
+        );
+
+        // Route reloads while 4 clients send 300 requests each.
+        let routes_a = r#"r: * -> setResponseHeader("X-Version", "1") -> <roundRobin>;"#;
+        let routes_b = r#"r: * -> setResponseHeader("X-Version", "2") -> <leastConnections>;
+                         s: Path("/only-b") -> status(204) -> <shunt>;"#;
+        let load = rt.spawn(async {
+            let mut tasks = Vec::new();
+            for _ in 0..4 {
+                tasks.push(tokio::spawn(async {
+                    let c = client(false);
+                    let mut versions = std::collections::BTreeSet::new();
+                    for _ in 0..300 {
+                        let r = get(&c, &url(80, "/"))
+                            .await
+                            .expect("no failed request during reloads");
+                        assert_eq!(r.status, 200, "{r:?}");
+                        versions.insert(r.header("x-version").to_owned());
+                    }
+                    versions
+                }));
+            }
+            let mut all = std::collections::BTreeSet::new();
+            for t in tasks {
+                all.extend(t.await.expect("client task"));
+            }
+            all
+        });
+        let mut flips = 0;
+        while !load.is_finished() {
+            let text = if flips % 2 == 0 { routes_a } else { routes_b };
+            assert!(
+                proxy
+                    .apply(&[service("svc", 80, Some(text), both.clone())])
+                    .is_empty()
+            );
+            flips += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let versions = rt.block_on(load).expect("load");
+        assert!(flips > 4, "reloaded {flips} times");
+        assert!(
+            versions.contains("1") && versions.contains("2"),
+            "both tables served: {versions:?}"
+        );
+        // A broken route text keeps the running routes.
+        let errors = proxy.apply(&[service(
+            "svc",
+            80,
+            Some("r: * -> nope() -> <shunt>;"),
+            both.clone(),
+        )]);
+        assert_eq!(errors.len(), 1);
+        let msg = errors[0].to_string();
+        assert!(
+            msg.contains("line 1, column 9: route r: nope: unknown filter `nope`")
+                && msg.contains("keeping the previous routes"),
+            "{msg}"
+        );
+        assert_eq!(count(4).values().sum::<usize>(), 4, "still serving");
+        proxy.shutdown();
+    });
+}
+
+#[test]
+fn bad_clients_get_4xx_and_idle_connections_close() {
+    namespace().run(|| {
+        let rt = runtime();
+        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
+        let config = L7Config {
+            max_headers: 20,
+            idle_timeout: lb_userspace::config::DurationText::Millis(300),
+            ..L7Config::default()
+        };
+        let mut proxy = proxy_with(&config, None);
+        assert!(
+            proxy
+                .apply(&[service("svc", 80, None, vec![endpoint(b.addr, 1)])])
+                .is_empty()
+        );
+        let vip: SocketAddr = format!("{VIP}:80").parse().expect("addr");
+        rt.block_on(async {
+            let huge = format!(
+                "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "a".repeat(70_000)
+            );
+            let r = raw(vip, huge.as_bytes()).await;
+            assert!(r.starts_with("HTTP/1.1 431"), "oversized head: {r:?}");
+            let mut many = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+            for i in 0..30 {
+                many.push_str(&format!("X-H{i}: v\r\n"));
+            }
+            many.push_str("\r\n");
+            let r = raw(vip, many.as_bytes()).await;
+            assert!(r.starts_with("HTTP/1.1 431"), "too many headers: {r:?}");
+            for junk in [
+                &b"GARBAGE\r\n\r\n"[..],
+                b"GET / HTTP/9.9\r\n\r\n",
+                b"GET /\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+            ] {
+                let r = raw(vip, junk).await;
+                assert!(r.starts_with("HTTP/1.1 400"), "{junk:?} got {r:?}");
+            }
+            // Idle: a keep-alive connection with no request is closed after 300 ms.
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(vip).await.expect("connect");
+            s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .expect("write");
+            let started = std::time::Instant::now();
+            let mut buf = vec![0u8; 4096];
+            let mut got = Vec::new();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+                    Ok(Ok(0)) => break,
+                    Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                    Ok(Err(e)) => panic!("read: {e}"),
+                    Err(_) => panic!("idle connection not closed within 5 s"),
+                }
+            }
+            assert!(
+                String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"),
+                "the request was answered first"
+            );
+            assert!(
+                started.elapsed() >= Duration::from_millis(250),
+                "closed only once idle"
+            );
+            // Still serving after all that.
+            assert_eq!(
+                get(&client(false), &url(80, "/")).await.expect("ok").status,
+                200
+            );
+        });
+        let (_, _, malformed, idle) = proxy.connection_counts();
+        assert!(malformed >= 6, "malformed requests counted: {malformed}");
+        assert!(idle >= 1);
+        proxy.shutdown();
+    });
+}
+
+#[test]
+fn access_log_lines_and_graceful_shutdown_drains_requests() {
+    let dir = lb_testbed::lbd::TempDir::new("l7log");
+    let path = dir.path().join("access.log");
+    let log_path = path.clone();
+    namespace().run(move || {
+        let rt = runtime();
+        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
+        let settings = AccessLogConfig {
+            file: log_path.display().to_string(),
+            ..AccessLogConfig::default()
+        };
+        let mut proxy = proxy_with(
+            &L7Config::default(),
+            Some(AccessLog::open(settings).expect("opens")),
+        );
+        let routes = format!(
+            r#"quiet: Path("/health") -> disableAccessLog(2) -> inlineContent("ok") -> <shunt>;
+               masked: Path("/login") -> maskAccessLogQuery("token") -> "http://{0}";
+               all: * -> "http://{0}";"#,
+            b.addr
+        );
+        assert!(
+            proxy
+                .apply(&[service("svc", 80, Some(&routes), vec![])])
+                .is_empty()
+        );
+        let slow = rt.block_on(async {
+            let c = client(false);
+            for _ in 0..5 {
+                assert_eq!(get(&c, &url(80, "/health")).await.expect("ok").status, 200);
+            }
+            send(
+                &c,
+                "GET",
+                &url(80, "/login?token=s3cret&u=1"),
+                &[("User-Agent", "evil \"ua\""), ("X-Flow-Id", "F1")],
+                "",
+            )
+            .await
+            .expect("ok");
+            // A slow request in flight when the shutdown starts.
+            rt.spawn(async move { get(&client(false), &url(80, "/slow/700")).await })
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        proxy.shutdown();
+        let answer = rt
+            .block_on(slow)
+            .expect("task")
+            .expect("the in-flight request completed");
+        assert_eq!(answer.status, 200);
+    });
+    let text = std::fs::read_to_string(&path).expect("log written");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "health checks are not logged; the slow request is:\n{text}"
+    );
+    let token =
+        lb_userspace::l7::balance::rng::fnv(lb_userspace::l7::balance::rng::FNV_START, b"s3cret");
+    assert!(
+        lines[0].starts_with(&format!("{VIP} - - [")),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].contains(&format!("\"GET /login?token={token}&u=1 HTTP/1.1\" 200 ")),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains("\"evil \\x22ua\\x22\""), "{}", lines[0]);
+    assert!(lines[0].ends_with(&format!(" {VIP} F1 -")), "{}", lines[0]);
+    assert!(
+        lines[1].contains("\"GET /slow/700 HTTP/1.1\" 200 "),
+        "{}",
+        lines[1]
+    );
+    let ms: u64 = lines[1]
+        .split(' ')
+        .rev()
+        .nth(3)
+        .and_then(|d| d.parse().ok())
+        .expect("duration field");
+    assert!(ms >= 700, "duration {ms} ms");
+}
