@@ -10,6 +10,7 @@ pub mod dataplane;
 pub mod explain;
 pub mod fade_state;
 pub mod fadein;
+pub mod filestamp;
 pub mod health;
 pub mod l7;
 pub mod maglev;

@@ -560,7 +560,13 @@ impl Agent {
         self.last_reconcile.as_ref()
     }
 
-    /// The config this agent runs.
+    /// What was last programmed: every service with its effective weights (health
+    /// and fade-in applied); the l7 proxy balances with these too.
+    pub fn applied(&self) -> &[ServiceSpec] {
+        &self.applied
+    }
+
+    /// The config in force: the file's services plus etcd's.
     pub fn config(&self) -> &ValidConfig {
         &self.config
     }

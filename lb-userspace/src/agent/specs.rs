@@ -189,8 +189,8 @@ pub fn service_specs_with(config: &ValidConfig, discovered: &Discovered) -> Vec<
 /// Backends, weights and ports of a service from its Kubernetes Service port:
 /// endpoints of the VIP's family. In `nat` mode an endpoint may listen on another port
 /// than the VIP's (the Service's target port): the data plane rewrites the port, so
-/// `ports` says which. `dsr` and `l7` cannot change ports, so there only endpoints on
-/// the VIP's port are usable (an all-ports service takes any, unchanged). Ready
+/// `ports` says which; `l7` services' proxy connects to any port. `dsr` cannot change
+/// ports, so there only endpoints on the VIP's port are usable (an all-ports service takes any, unchanged). Ready
 /// endpoints weigh 1; draining ones 0 (their flows continue) unless none is ready,
 /// then 1 (kube-proxy's fallback).
 fn from_slices(
@@ -204,10 +204,12 @@ fn from_slices(
         .get(&(es.namespace.clone(), es.service.clone()))
         .and_then(|ports| ports.get(&(es.port.clone(), protocol)))
         .map_or(&[][..], Vec::as_slice);
-    let remaps = svc.mode == ForwardingModeConfig::Nat && svc.port != PortSpec::All;
+    // The HTTP proxy of an l7 service connects anywhere: any port, either family.
+    let l7 = svc.mode == ForwardingModeConfig::L7;
+    let remaps = (svc.mode == ForwardingModeConfig::Nat || l7) && svc.port != PortSpec::All;
     let usable: Vec<_> = list
         .iter()
-        .filter(|b| b.addr.is_ipv6() == svc.vip.is_ipv6())
+        .filter(|b| l7 || b.addr.is_ipv6() == svc.vip.is_ipv6())
         .filter(|b| remaps || svc.port == PortSpec::All || PortSpec::Port(b.port) == svc.port)
         .collect();
     if usable.len() < list.len() {

@@ -11,6 +11,8 @@ use lb_userspace::{
     },
     agent::Agent,
     config,
+    filestamp::FileStamp,
+    l7::node::L7Node,
 };
 
 /// Load-balancer node agent: steers VIP traffic to backends with XDP.
@@ -64,7 +66,10 @@ fn run(args: Args) -> anyhow::Result<()> {
         node.xdp_mode,
         agent.config().services.len()
     );
-    let stop = run_until_shutdown(&mut agent, &args.config, Instant::now())?;
+    let mut l7 = L7Node::default();
+    let stop = run_until_shutdown(&mut agent, &mut l7, &args.config, Instant::now())?;
+    // HTTP requests in flight finish before the process goes.
+    l7.shutdown();
     log_counters(&agent);
     match stop {
         Stop::LeaveRunning => agent.leave_running().context("stopping")?,
@@ -107,6 +112,7 @@ enum Stop {
 /// here, between the other events, from the agent's current state.
 fn run_until_shutdown(
     agent: &mut Agent,
+    l7: &mut L7Node,
     path: &std::path::Path,
     started: Instant,
 ) -> anyhow::Result<Stop> {
@@ -142,6 +148,8 @@ fn run_until_shutdown(
             drop(etcd_tx);
         }
         loop {
+            // After whatever changed the agent's state: the l7 proxy follows it.
+            l7.sync(agent.config(), agent.applied());
             tokio::select! {
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
                 _ = int.recv() => return Ok(Stop::TearDown),
@@ -221,21 +229,6 @@ fn run_until_shutdown(
             }
         }
     })
-}
-
-/// What tells a file edit apart: modification time and size (an editor's
-/// write-and-rename changes both or at least the time). `None` when unreadable.
-#[derive(Debug, PartialEq, Eq)]
-struct FileStamp(Option<(std::time::SystemTime, u64)>);
-
-impl FileStamp {
-    fn of(path: &std::path::Path) -> Self {
-        Self(
-            std::fs::metadata(path)
-                .ok()
-                .and_then(|m| Some((m.modified().ok()?, m.len()))),
-        )
-    }
 }
 
 /// Starts the admin socket and the metrics listener the node settings ask for. Either

@@ -31,7 +31,51 @@ pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
         file: path.display().to_string(),
         source,
     })?;
-    parse(&text, &path.display().to_string())
+    let mut config = parse(&text, &path.display().to_string())?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for svc in &mut config.services {
+        if let Some(file) = &mut svc.routes_file {
+            if Path::new(file.as_str()).is_relative() {
+                *file = dir.join(&*file).display().to_string();
+            }
+            let problem = match std::fs::read_to_string(&*file) {
+                Ok(routes) => check_routes(&routes).err().map(|e| format!("{file}: {e}")),
+                Err(e) => Some(format!("{file}: {e}")),
+            };
+            if let Some(problem) = problem {
+                return Err(ConfigError::Invalid {
+                    file: path.display().to_string(),
+                    line: line_of(&text, &svc.name),
+                    field: format!("service {}.routes_file", svc.name),
+                    problem,
+                });
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// Compiles route text against nothing, to check it.
+///
+/// # Errors
+/// The first syntax or route error, with line and column.
+pub fn check_routes(text: &str) -> Result<(), crate::l7::routes::RoutesError> {
+    let registry = crate::l7::balance::Registry::default();
+    let cx = crate::l7::routes::Context {
+        registry: &registry,
+        service_endpoints: &[],
+        previous: None,
+        now: std::time::SystemTime::now(),
+    };
+    crate::l7::routes::RouteTable::parse(text, &cx).map(|_| ())
+}
+
+/// The line of the `name = "…"` of service `name`, or 0.
+fn line_of(text: &str, name: &str) -> usize {
+    let needle = format!("\"{name}\"");
+    text.lines()
+        .position(|l| l.trim_start().starts_with("name") && l.contains(&needle))
+        .map_or(0, |i| i + 1)
 }
 
 /// Parses and validates config text; `file` names it in errors.
@@ -130,6 +174,9 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
         && let Err(problem) = check_etcd(etcd)
     {
         return Err(node_invalid("etcd", problem));
+    }
+    if let Err((field, problem)) = raw.node.l7.limits() {
+        return Err(node_invalid(&field, problem));
     }
     if services.len() > lb_common::maps::MAX_SERVICES as usize {
         return Err(ConfigError::Invalid {
@@ -242,6 +289,7 @@ pub fn check_service(svc: &ServiceConfig, node: &NodeConfig) -> Result<(), (Stri
             ));
         }
     }
+    check_l7(svc)?;
     if svc.endpoint_slices.is_some() {
         if node.endpointslice_dir.is_empty() && node.etcd.is_none() {
             return Err(fail(
@@ -336,3 +384,31 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests;
+
+/// What only `l7` services may have, and what they need: one TCP port, routes that
+/// compile, not both inline routes and a route file.
+fn check_l7(svc: &ServiceConfig) -> Result<(), (String, String)> {
+    let routed = svc.routes.is_some() || svc.routes_file.is_some();
+    if svc.mode != ForwardingModeConfig::L7 {
+        if routed {
+            return Err(("routes".into(), "only l7 services have routes".into()));
+        }
+        return Ok(());
+    }
+    if svc.port == PortSpec::All || svc.protocol != Protocol::Tcp {
+        return Err((
+            "port".into(),
+            "an l7 service listens on one TCP port".into(),
+        ));
+    }
+    if svc.routes.is_some() && svc.routes_file.is_some() {
+        return Err((
+            "routes".into(),
+            "use either routes or routes_file, not both".into(),
+        ));
+    }
+    if let Some(text) = &svc.routes {
+        check_routes(text).map_err(|e| ("routes".to_owned(), e.to_string()))?;
+    }
+    Ok(())
+}

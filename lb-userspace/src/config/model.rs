@@ -68,6 +68,13 @@ pub struct NodeConfig {
     /// one source of truth (`[node.etcd]`); none by default.
     #[serde(default)]
     pub etcd: Option<EtcdConfig>,
+    /// The HTTP proxy of `l7` services: limits and timeouts (`[node.l7]`).
+    #[serde(default)]
+    pub l7: crate::l7::proxy::L7Config,
+    /// The access log of `l7` services (`[node.access_log]`): `enabled`, `format`
+    /// (`text` or `json`), `file` (default stderr), `strip_query`.
+    #[serde(default)]
+    pub access_log: crate::l7::accesslog::AccessLogConfig,
 }
 
 /// `[node.etcd]`: where the fleet's services and endpoints live.
@@ -201,6 +208,14 @@ pub struct ServiceConfig {
     /// `backends`): `{ namespace = "shop", service = "web", port = "http" }`.
     #[serde(default)]
     pub endpoint_slices: Option<EndpointSlicesConfig>,
+    /// `l7` only: routes in skipper's eskip syntax, inline. Without `routes` and
+    /// `routes_file`, every request goes round robin to the service's backends.
+    #[serde(default)]
+    pub routes: Option<String>,
+    /// `l7` only: a file of eskip routes (relative to the config file's directory),
+    /// watched: an edit that does not compile keeps the running routes.
+    #[serde(default)]
+    pub routes_file: Option<String>,
 }
 
 /// `endpoint_slices`: which Kubernetes Service port feeds this service.

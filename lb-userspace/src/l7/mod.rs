@@ -11,5 +11,6 @@
 pub mod accesslog;
 pub mod balance;
 pub mod eskip;
+pub mod node;
 pub mod proxy;
 pub mod routes;

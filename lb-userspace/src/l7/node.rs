@@ -1,0 +1,156 @@
+//! The proxy as part of lbd: what the agent's state means for it. After every change
+//! (reload, etcd, health, fade-in step) lbd calls [`L7Node::sync`], which derives each
+//! `l7` service's routes and endpoints and applies what differs; route files are
+//! watched by their stamps. The proxy starts with the first `l7` service.
+
+use std::{collections::HashMap, net::SocketAddr, path::Path, sync::Arc};
+
+use super::{
+    accesslog::AccessLog,
+    balance::EndpointSpec,
+    proxy::{Proxy, ServiceInput},
+};
+use crate::{
+    config::{ForwardingModeConfig, PortSpec, ValidConfig},
+    dataplane::ServiceSpec,
+    filestamp::FileStamp,
+};
+
+/// lbd's proxy and what it last applied.
+#[derive(Debug, Default)]
+pub struct L7Node {
+    proxy: Option<Proxy>,
+    files: HashMap<String, (FileStamp, Option<Arc<str>>)>,
+    applied: Vec<ServiceInput>,
+    /// The latest apply's problems (for status), empty when all is well.
+    pub errors: Vec<String>,
+}
+
+impl L7Node {
+    /// Brings the proxy in line with the config's `l7` services and the weights last
+    /// programmed (`applied`: health and fade-in included).
+    pub fn sync(&mut self, config: &ValidConfig, applied: &[ServiceSpec]) {
+        let inputs = self.inputs(config, applied);
+        if inputs == self.applied {
+            return;
+        }
+        if self.proxy.is_none() {
+            if inputs.is_empty() {
+                return;
+            }
+            match start(config) {
+                Ok(p) => self.proxy = Some(p),
+                Err(e) => {
+                    log::error!("starting the l7 proxy: {e}");
+                    self.errors = vec![e];
+                    return;
+                }
+            }
+        }
+        let Some(proxy) = &mut self.proxy else { return };
+        let errors = proxy.apply(&inputs);
+        self.errors = errors.iter().map(ToString::to_string).collect();
+        for e in &self.errors {
+            log::error!("l7: {e}");
+        }
+        self.applied = inputs;
+    }
+
+    /// The running proxy, if any service needed one.
+    pub fn proxy(&self) -> Option<&Proxy> {
+        self.proxy.as_ref()
+    }
+
+    /// Drains requests in flight and flushes the access log.
+    pub fn shutdown(self) {
+        if let Some(p) = self.proxy {
+            p.shutdown();
+        }
+    }
+
+    fn inputs(&mut self, config: &ValidConfig, applied: &[ServiceSpec]) -> Vec<ServiceInput> {
+        let mut out = Vec::new();
+        for svc in config
+            .services
+            .iter()
+            .filter(|s| s.mode == ForwardingModeConfig::L7)
+        {
+            let PortSpec::Port(port) = svc.port else {
+                continue;
+            };
+            let (routes, origin) = match (&svc.routes, &svc.routes_file) {
+                (Some(text), _) => (
+                    Some(Arc::from(text.as_str())),
+                    format!("service {} routes", svc.name),
+                ),
+                (None, Some(file)) => (self.route_file(file), file.clone()),
+                (None, None) => (None, format!("service {} default route", svc.name)),
+            };
+            let endpoints = applied
+                .iter()
+                .find(|s| s.name == svc.name)
+                .map(|spec| endpoints(spec, port))
+                .unwrap_or_default();
+            out.push(ServiceInput {
+                name: svc.name.clone(),
+                listen: SocketAddr::new(svc.vip, port),
+                routes,
+                routes_origin: origin,
+                endpoints,
+            });
+        }
+        out
+    }
+
+    /// The text of a route file: re-read when its stamp changes; while unreadable, the
+    /// last text read stays in force.
+    fn route_file(&mut self, file: &str) -> Option<Arc<str>> {
+        let stamp = FileStamp::of(Path::new(file));
+        let entry = self
+            .files
+            .entry(file.to_owned())
+            .or_insert((FileStamp::of(Path::new("")), None));
+        if entry.0 != stamp {
+            entry.0 = stamp;
+            match std::fs::read_to_string(file) {
+                Ok(text) => entry.1 = Some(Arc::from(text)),
+                Err(e) => log::error!("reading routes {file}: {e}; keeping the routes in force"),
+            }
+        }
+        entry.1.clone()
+    }
+}
+
+fn endpoints(spec: &ServiceSpec, vip_port: u16) -> Vec<EndpointSpec> {
+    spec.backends
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| {
+            let port = spec
+                .ports
+                .get(i)
+                .copied()
+                .filter(|p| *p != 0)
+                .unwrap_or(vip_port);
+            EndpointSpec {
+                authority: SocketAddr::new(*addr, port).to_string(),
+                weight: spec.weights.get(i).copied().unwrap_or(1),
+                created: None,
+            }
+        })
+        .collect()
+}
+
+fn start(config: &ValidConfig) -> Result<Proxy, String> {
+    let node = &config.node;
+    let limits = node
+        .l7
+        .limits()
+        .map_err(|(f, p)| format!("node.{f}: {p}"))?;
+    let log = AccessLog::open(node.access_log.clone())
+        .map_err(|e| format!("access log {}: {e}", node.access_log.file))?;
+    let proxy = Proxy::start(limits, node.l7.workers, Some(log), node.access_log.enabled)
+        .map_err(|e| e.to_string())?;
+    log::info!("l7 proxy started");
+    Ok(proxy)
+}
