@@ -114,96 +114,116 @@ impl Balancer {
         if n <= 1 {
             return (n == 1).then_some(0);
         }
-        let fading = set.fading(req.now);
+        let fading = set.prepare(req.now);
+        // Equal static weights and nothing fading: weights cannot change a pick.
+        let flat = set.uniform && !fading;
         Some(match self.algorithm {
-            Algorithm::RoundRobin => self.round_robin(set, fading, req.now),
+            Algorithm::RoundRobin => {
+                let c = self.counter.fetch_add(1, Ordering::Relaxed);
+                if flat {
+                    // 32-bit modulo is several times cheaper than 64-bit; the
+                    // sequence restarts once per 2^32 picks, which no one can see.
+                    (c as u32 % n as u32) as usize
+                } else {
+                    // The Weyl sequence c·φ mod 1 fills [0, 1) evenly at every
+                    // length, so consecutive picks spread over the weights like a
+                    // smooth weighted round robin with no per-endpoint state.
+                    let x = rng::scale(c.wrapping_mul(0x9E37_79B9_7F4A_7C15), set.total(fading));
+                    set.locate(x, fading)
+                }
+            }
             Algorithm::Random => {
-                if set.uniform && !fading {
+                if flat {
                     rng::below(n as u64) as usize
                 } else {
-                    let total = set.total_at(fading, req.now);
-                    set.locate(rng::below(total), fading, req.now)
+                    set.locate(rng::below(set.total(fading)), fading)
                 }
             }
             Algorithm::ConsistentHash { balance_factor } => {
-                consistent_hash(set, req, fading, balance_factor)
+                consistent_hash(set, req.key, fading, balance_factor)
+            }
+            Algorithm::PowerOfRandomNChoices { n: 2 } if flat => {
+                // Two distinct uniform draws: the second skips over the first.
+                let a = rng::below(n as u64) as usize;
+                let mut b = rng::below(n as u64 - 1) as usize;
+                b += usize::from(b >= a);
+                if set.load(b) < set.load(a) { b } else { a }
             }
             Algorithm::PowerOfRandomNChoices { n: choices } => {
-                power_of_choices(set, choices, fading, req.now)
+                power_of_choices(set, choices, fading)
             }
-            Algorithm::LeastConnections => self.least_connections(set, fading, req.now),
+            Algorithm::LeastConnections => {
+                let start =
+                    (self.counter.fetch_add(1, Ordering::Relaxed) as u32 % n as u32) as usize;
+                if flat {
+                    least_loaded_flat(set, start)
+                } else {
+                    least_loaded(set, start, fading)
+                }
+            }
         })
     }
+}
 
-    fn round_robin(&self, set: &EndpointSet, fading: bool, now: SystemTime) -> usize {
-        let c = self.counter.fetch_add(1, Ordering::Relaxed);
-        if set.uniform && !fading {
-            return (c % set.len() as u64) as usize;
+/// leastConnections with equal weights: the fewest in flight, scanning from `start`;
+/// nobody beats 0, so the scan stops at the first idle endpoint.
+fn least_loaded_flat(set: &EndpointSet, start: usize) -> usize {
+    let (mut best, mut best_load) = (start, set.load(start));
+    // Two plain ranges instead of a chained iterator: this loop is the whole cost at
+    // large n.
+    for range in [start + 1..set.len(), 0..start] {
+        for i in range {
+            if best_load == 0 {
+                return best;
+            }
+            let l = set.load(i);
+            if l < best_load {
+                (best, best_load) = (i, l);
+            }
         }
-        // The Weyl sequence c·φ mod 1 fills [0, 1) evenly at every length, so
-        // consecutive picks spread over the weights like a smooth weighted round robin
-        // without any per-endpoint state to update.
-        let total = set.total_at(fading, now);
-        let x = rng::scale(c.wrapping_mul(0x9E37_79B9_7F4A_7C15), total);
-        set.locate(x, fading, now)
     }
+    best
+}
 
-    fn least_connections(&self, set: &EndpointSet, fading: bool, now: SystemTime) -> usize {
-        let n = set.len();
-        let start = (self.counter.fetch_add(1, Ordering::Relaxed) % n as u64) as usize;
-        let mut best = start;
-        let mut best_load = load(set, start);
-        let mut best_w = set.weight_at(start, fading, now);
-        for k in 1..n {
-            let i = if start + k >= n {
-                start + k - n
-            } else {
-                start + k
-            };
-            let l = load(set, i);
-            let w = set.weight_at(i, fading, now);
-            // l/w < best_load/best_w, cross-multiplied: no division.
+/// leastConnections with weights: the fewest in flight per weight (cross-multiplied,
+/// no division), scanning from `start` so ties rotate.
+fn least_loaded(set: &EndpointSet, start: usize, fading: bool) -> usize {
+    let (mut best, mut best_load, mut best_w) = (start, set.load(start), set.weight(start, fading));
+    for range in [start + 1..set.len(), 0..start] {
+        for i in range {
+            if best_load == 0 {
+                return best;
+            }
+            let (l, w) = (set.load(i), set.weight(i, fading));
             if l * best_w < best_load * w {
                 (best, best_load, best_w) = (i, l, w);
             }
         }
-        best
     }
-}
-
-#[inline]
-fn load(set: &EndpointSet, i: usize) -> u64 {
-    u64::from(set.endpoints[i].stats.inflight.load(Ordering::Relaxed))
+    best
 }
 
 /// `n` distinct weighted draws (successive sampling without replacement, exact: each
 /// draw is over the weight left after removing the earlier ones), the least loaded
 /// per weight wins; on a tie the earliest draw, which keeps shares equal to the
 /// weights when nothing is in flight.
-fn power_of_choices(set: &EndpointSet, choices: usize, fading: bool, now: SystemTime) -> usize {
-    let n = set.len();
-    let choices = choices.clamp(1, MAX_CHOICES).min(n);
-    let total = set.total_at(fading, now);
-    // Drawn indices, kept sorted so a draw can skip over them in index order.
+fn power_of_choices(set: &EndpointSet, choices: usize, fading: bool) -> usize {
+    let choices = choices.clamp(1, MAX_CHOICES).min(set.len());
+    let total = set.total(fading);
+    // Drawn indices, kept sorted so a draw can skip over their intervals in order.
     let mut drawn = [0usize; MAX_CHOICES];
     let mut drawn_weight = 0u64;
     let mut best = usize::MAX;
     let (mut best_load, mut best_w) = (0u64, 1u64);
     for d in 0..choices {
-        let mut x = rng::below(total - drawn_weight);
-        // Shift x past the excluded intervals that start at or before it.
-        let i = if fading {
-            locate_excluding_scan(set, x, &drawn[..d], now)
-        } else {
-            for &e in &drawn[..d] {
-                if x >= set.cumulative[e] {
-                    x += set.weight_at(e, false, now);
-                }
+        let mut x = rng::below(total.saturating_sub(drawn_weight).max(1));
+        for &e in &drawn[..d] {
+            if x >= set.start_of(e, fading) {
+                x += set.weight(e, fading);
             }
-            set.locate(x, false, now)
-        };
-        let w = set.weight_at(i, fading, now);
-        let l = load(set, i);
+        }
+        let i = set.locate(x, fading);
+        let (w, l) = (set.weight(i, fading), set.load(i));
         if best == usize::MAX || l * best_w < best_load * w {
             (best, best_load, best_w) = (i, l, w);
         }
@@ -215,36 +235,18 @@ fn power_of_choices(set: &EndpointSet, choices: usize, fading: bool, now: System
     best
 }
 
-/// [`EndpointSet::locate`] over the endpoints not in `excluded` (sorted), while fading.
-fn locate_excluding_scan(set: &EndpointSet, x: u64, excluded: &[usize], now: SystemTime) -> usize {
-    let mut left = x;
-    let mut last = 0;
-    for i in 0..set.len() {
-        if excluded.binary_search(&i).is_ok() {
-            continue;
-        }
-        last = i;
-        let w = set.weight_at(i, true, now);
-        if left < w {
-            return i;
-        }
-        left -= w;
-    }
-    last
-}
-
 /// Weighted rendezvous hashing: each endpoint scores `w / -ln(u)` with `u` a uniform
 /// hash of (key, endpoint); the highest wins. The winner's share of keys is exactly
 /// its share of weight, and raising one endpoint's weight (fading in) only moves keys
 /// to it, so a key moves to a fading endpoint at most once. With a balance factor,
 /// endpoints whose in-flight count exceeds `factor ×` the average are passed over, in
 /// score order.
-fn consistent_hash(set: &EndpointSet, req: &Pick, fading: bool, factor: Option<f64>) -> usize {
+fn consistent_hash(set: &EndpointSet, key: u64, fading: bool, factor: Option<f64>) -> usize {
     let score = |i: usize| {
-        let h = rng::mix(req.key ^ set.endpoints[i].seed);
+        let h = rng::mix(key ^ set.endpoints[i].seed);
         // 53 bits into (0, 1): never 0, so ln is finite.
         let u = ((h >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64);
-        set.weight_at(i, fading, req.now) as f64 / -u.ln()
+        set.weight(i, fading) as f64 / -u.ln()
     };
     let best_below = |ceiling: f64| {
         let mut best = usize::MAX;
@@ -261,11 +263,11 @@ fn consistent_hash(set: &EndpointSet, req: &Pick, fading: bool, factor: Option<f
     let Some(factor) = factor else {
         return first;
     };
-    let total: u64 = (0..set.len()).map(|i| load(set, i)).sum();
+    let total: u64 = (0..set.len()).map(|i| set.load(i)).sum();
     let limit = ((total + 1) as f64 * factor / set.len() as f64).ceil() as u64;
     let (mut candidate, mut ceiling) = (first, first_score);
     for _ in 0..set.len() {
-        if load(set, candidate) <= limit {
+        if set.load(candidate) <= limit {
             return candidate;
         }
         (candidate, ceiling) = best_below(ceiling);

@@ -4,7 +4,8 @@
 use std::cell::Cell;
 
 thread_local! {
-    static STATE: Cell<u64> = Cell::new(seed());
+    // Const-initialized (no lazy-init check per access); seeded on first use.
+    static STATE: Cell<u64> = const { Cell::new(0) };
 }
 
 /// A per-thread seed: the thread's stack address and the clock, mixed (the draws only
@@ -22,7 +23,11 @@ fn seed() -> u64 {
 #[inline]
 pub fn next() -> u64 {
     STATE.with(|s| {
-        let x = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut x = s.get();
+        if x == 0 {
+            x = seed();
+        }
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
         s.set(x);
         mix(x)
     })

@@ -131,21 +131,50 @@ pub struct EndpointSpec {
     pub created: Option<SystemTime>,
 }
 
-/// The endpoints of one route or service, immutable once built: updates build a new
-/// set and swap it in whole.
+/// The endpoints of one route or service, immutable once built (updates build a new
+/// set and swap it in whole), except for the cached fade-in weights.
 #[derive(Debug, Default)]
 pub struct EndpointSet {
     pub(super) endpoints: Box<[Endpoint]>,
-    /// Prefix sums of the static weights (`cumulative[i]` = sum of weights before `i`,
-    /// scaled by [`WEIGHT_SCALE`]); lets weighted picks binary-search.
+    /// Static weights in [`WEIGHT_SCALE`] units, contiguous for scans.
+    pub(super) weights: Box<[u64]>,
+    /// The endpoints' counters, contiguous for scans (the same as in `endpoints`).
+    pub(super) stats: Box<[Arc<EndpointStats>]>,
+    /// Prefix sums of `weights` (`cumulative[i]` = sum before `i`): weighted picks
+    /// binary-search them.
     pub(super) cumulative: Box<[u64]>,
     pub(super) total: u64,
     /// All static weights equal: plain modulo picks.
     pub(super) uniform: bool,
     /// The route's fade-in ramp, if any endpoint is on it.
     pub(super) fade: Option<FadeIn>,
-    /// When the last ramp ends; `None` when nothing fades (then fade-in costs nothing).
+    /// When the last ramp ends; `None` when nothing fades (then fade-in costs one
+    /// comparison per pick).
     pub(super) fade_ends: Option<SystemTime>,
+    /// Effective weights while fading, recomputed at most every
+    /// [`FADE_REFRESH_MS`] of request time, so a pick reads them like static ones.
+    faded: Option<Faded>,
+}
+
+/// How long computed fade-in weights are used: ramps last seconds to minutes, so
+/// 10 ms steps are invisible in the shares and keep `powf` off the per-pick path.
+pub const FADE_REFRESH_MS: u64 = 10;
+
+/// Cached effective weights of a fading set. Written by whichever pick finds them
+/// stale (one wins a compare-exchange), read by all; a pick racing a refresh may see
+/// old and new values mixed for one pick, which only nudges that pick.
+#[derive(Debug)]
+struct Faded {
+    /// Request time (ms since the epoch) the weights are for.
+    at_ms: AtomicU64,
+    weights: Box<[AtomicU64]>,
+    cumulative: Box<[AtomicU64]>,
+    total: AtomicU64,
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl EndpointSet {
@@ -174,12 +203,11 @@ impl EndpointSet {
                 stats,
             });
         }
-        let mut cumulative = Vec::with_capacity(endpoints.len());
-        let mut total = 0u64;
-        for e in &endpoints {
-            cumulative.push(total);
-            total += u64::from(e.weight) * u64::from(WEIGHT_SCALE);
-        }
+        let weights: Box<[u64]> = endpoints
+            .iter()
+            .map(|e| u64::from(e.weight) * u64::from(WEIGHT_SCALE))
+            .collect();
+        let (cumulative, total) = prefix_sums(&weights);
         let uniform = endpoints.windows(2).all(|w| w[0].weight == w[1].weight);
         let fade_ends = fade.and_then(|f| {
             let earliest = endpoints.iter().map(|e| e.created).min()?;
@@ -188,13 +216,23 @@ impl EndpointSet {
                 .then(|| latest + f.window)
                 .filter(|end| *end > now)
         });
+        let faded = fade_ends.map(|_| Faded {
+            at_ms: AtomicU64::new(u64::MAX),
+            weights: weights.iter().map(|&w| AtomicU64::new(w)).collect(),
+            cumulative: cumulative.iter().map(|&c| AtomicU64::new(c)).collect(),
+            total: AtomicU64::new(total),
+        });
+        let stats = endpoints.iter().map(|e| Arc::clone(&e.stats)).collect();
         Self {
             endpoints: endpoints.into_boxed_slice(),
+            weights,
+            stats,
             cumulative: cumulative.into_boxed_slice(),
             total,
             uniform,
             fade,
             fade_ends,
+            faded,
         }
     }
 
@@ -219,44 +257,111 @@ impl EndpointSet {
         self.fade_ends.is_some_and(|end| now < end)
     }
 
-    /// The effective weight of endpoint `i` at `now`, in [`WEIGHT_SCALE`] units:
-    /// `w · max(min_weight, (age/window)^exponent)`, never 0.
-    #[inline]
-    pub fn weight_at(&self, i: usize, fading: bool, now: SystemTime) -> u64 {
-        let e = &self.endpoints[i];
-        let full = u64::from(e.weight) * u64::from(WEIGHT_SCALE);
-        match (&self.fade, fading) {
-            (Some(f), true) => ((full as f64 * f.fraction(age(e.created, now))) as u64).max(1),
-            _ => full,
+    /// Whether a ramp runs at `now`; if so, makes sure the cached effective weights
+    /// are at most [`FADE_REFRESH_MS`] old.
+    #[inline(always)]
+    pub(super) fn prepare(&self, now: SystemTime) -> bool {
+        // The common case, nothing fading, is one test of an Option and stays inline.
+        if self.fade_ends.is_none() {
+            return false;
         }
+        self.prepare_fading(now)
     }
 
-    /// The endpoint whose weight interval holds `x`, where `x` is below the total
-    /// weight (static weights: binary search of the prefix sums; fading: a scan).
-    #[inline]
-    pub(super) fn locate(&self, x: u64, fading: bool, now: SystemTime) -> usize {
-        if !fading {
-            return self.cumulative.partition_point(|&c| c <= x) - 1;
+    #[inline(never)]
+    fn prepare_fading(&self, now: SystemTime) -> bool {
+        if !self.fading(now) {
+            return false;
         }
-        let mut left = x;
-        for i in 0..self.endpoints.len() {
-            let w = self.weight_at(i, true, now);
-            if left < w {
-                return i;
+        if let (Some(f), Some(fade)) = (&self.faded, &self.fade) {
+            let ms = millis(now);
+            let at = f.at_ms.load(Ordering::Acquire);
+            if (at == u64::MAX || ms.abs_diff(at) >= FADE_REFRESH_MS)
+                && f.at_ms
+                    .compare_exchange(at, ms, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                let mut total = 0;
+                for (i, e) in self.endpoints.iter().enumerate() {
+                    let w = ((self.weights[i] as f64 * fade.fraction(age(e.created, now))) as u64)
+                        .max(1);
+                    f.weights[i].store(w, Ordering::Relaxed);
+                    f.cumulative[i].store(total, Ordering::Relaxed);
+                    total += w;
+                }
+                f.total.store(total, Ordering::Release);
             }
-            left -= w;
         }
-        self.endpoints.len() - 1
+        true
     }
 
-    /// The total weight at `now`.
+    /// The effective weight of endpoint `i` (in [`WEIGHT_SCALE`] units):
+    /// `w · max(min_weight, (age/window)^exponent)` while `fading` (as of the last
+    /// [`Self::prepare`]), else the static weight. Never 0.
     #[inline]
-    pub(super) fn total_at(&self, fading: bool, now: SystemTime) -> u64 {
-        if !fading {
-            return self.total;
+    pub fn weight(&self, i: usize, fading: bool) -> u64 {
+        match (&self.faded, fading) {
+            (Some(f), true) => f.weights[i].load(Ordering::Relaxed),
+            _ => self.weights[i],
         }
-        (0..self.endpoints.len())
-            .map(|i| self.weight_at(i, true, now))
-            .sum()
     }
+
+    /// Start of endpoint `i`'s weight interval.
+    #[inline]
+    pub(super) fn start_of(&self, i: usize, fading: bool) -> u64 {
+        match (&self.faded, fading) {
+            (Some(f), true) => f.cumulative[i].load(Ordering::Relaxed),
+            _ => self.cumulative[i],
+        }
+    }
+
+    /// The total weight.
+    #[inline]
+    pub(super) fn total(&self, fading: bool) -> u64 {
+        match (&self.faded, fading) {
+            (Some(f), true) => f.total.load(Ordering::Acquire),
+            _ => self.total,
+        }
+    }
+
+    /// The endpoint whose weight interval holds `x` (binary search of the prefix
+    /// sums); the last one if `x` is beyond the total (a racing refresh).
+    #[inline]
+    pub(super) fn locate(&self, x: u64, fading: bool) -> usize {
+        if !(fading && self.faded.is_some()) {
+            return self
+                .cumulative
+                .partition_point(|&c| c <= x)
+                .saturating_sub(1);
+        }
+        let (mut lo, mut hi) = (0, self.endpoints.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.start_of(mid, true) <= x {
+                lo = mid + 1
+            } else {
+                hi = mid
+            }
+        }
+        lo.saturating_sub(1)
+    }
+
+    /// In-flight requests of endpoint `i`.
+    #[inline]
+    pub(super) fn load(&self, i: usize) -> u64 {
+        u64::from(self.stats[i].inflight.load(Ordering::Relaxed))
+    }
+}
+
+fn prefix_sums(weights: &[u64]) -> (Vec<u64>, u64) {
+    let mut total = 0;
+    let cumulative = weights
+        .iter()
+        .map(|&w| {
+            let start = total;
+            total += w;
+            start
+        })
+        .collect();
+    (cumulative, total)
 }
