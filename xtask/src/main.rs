@@ -33,10 +33,12 @@ enum Command {
     /// Benchmarks: `dataplane` (per-packet cost through BPF_PROG_TEST_RUN, as ratios to
     /// an empty XDP program measured in the same run); `control-plane` (1000 services ×
     /// 30 EndpointSlice endpoints: cold sync, one change, one fade-in step, Maglev);
-    /// `etcd` (the same shape from a real etcd: cold start, write-to-maps latency).
+    /// `etcd` (the same shape from a real etcd: cold start, write-to-maps latency);
+    /// `l7` (endpoint selection and access-log lines with criterion, then the HTTP
+    /// proxy under wrk against nginx and HAProxy, and allocations per request).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["dataplane", "control-plane", "etcd"])]
+        #[arg(value_parser = ["dataplane", "control-plane", "etcd", "l7"])]
         what: String,
         /// Extra arguments for the benchmark (e.g. `--calls 100000 --trials 3`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -176,7 +178,16 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
             cmd::remove_stale_namespaces()?;
             "lb-etcdbench"
         }
-        other => bail!("unknown benchmark {other} (dataplane, control-plane, etcd)"),
+        "l7" => {
+            require_root("a network namespace for the proxies")?;
+            cmd::remove_stale_namespaces()?;
+            setup::l7_bench_tools()?;
+            // Selection and log-line micro-benchmarks first (criterion), then the
+            // whole proxy under wrk against nginx and HAProxy.
+            cmd::cargo(&["bench", "--package", "lb-userspace", "--bench", "l7", "--", "--warm-up-time", "0.5", "--measurement-time", "1"])?;
+            "lb-l7bench"
+        }
+        other => bail!("unknown benchmark {other} (dataplane, control-plane, etcd, l7)"),
     };
     let mut full = vec![
         "run",

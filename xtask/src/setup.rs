@@ -33,26 +33,54 @@ pub fn run() -> Result<()> {
 }
 
 fn apt_packages() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
+    install(APT_PACKAGES)
+}
+
+/// What `cargo xtask bench l7` compares against and drives: nginx and HAProxy as
+/// reference proxies (and nginx as the shared backend), wrk as the load generator.
+/// Not needed by the tests, so only the benchmark installs them.
+pub fn l7_bench_tools() -> Result<()> {
+    install(&["nginx", "haproxy", "wrk"])
+}
+
+/// Installs the missing ones of `packages`. Package scripts must not start services
+/// on this machine (nginx would listen on the host's port 80): unless the machine
+/// already has a policy, a `policy-rc.d` that refuses every start is in place while
+/// apt runs.
+fn install(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| !dpkg_installed(p))
         .collect();
     if missing.is_empty() {
-        eprintln!("setup: apt packages present ({})", APT_PACKAGES.join(", "));
+        eprintln!("setup: apt packages present ({})", packages.join(", "));
         return Ok(());
     }
     eprintln!("setup: installing apt packages: {}", missing.join(", "));
     if !cmd::is_root() {
         bail!("installing {} needs root", missing.join(" "));
     }
-    cmd::run(Command::new("apt-get").arg("update").arg("-q"))?;
-    cmd::run(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    let policy = std::path::Path::new("/usr/sbin/policy-rc.d");
+    let ours = !policy.exists();
+    if ours {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::write(policy, "#!/bin/sh\n# cargo xtask setup: no service starts while installing\nexit 101\n")
+            .context("writing /usr/sbin/policy-rc.d")?;
+        std::fs::set_permissions(policy, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let result = cmd::run(Command::new("apt-get").arg("update").arg("-q")).and_then(|()| {
+        cmd::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    });
+    if ours {
+        let _ = std::fs::remove_file(policy);
+    }
+    result
 }
 
 fn dpkg_installed(package: &str) -> bool {

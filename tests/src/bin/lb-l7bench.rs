@@ -1,0 +1,307 @@
+//! `cargo xtask bench l7` (after the criterion part): the whole HTTP proxy.
+//!
+//! In a namespace of its own: one nginx serves as the backend for everyone
+//! (`198.18.0.11:8080`, a fixed 23-byte body). In front of it, on `198.18.0.1`, our
+//! proxy (the library lbd runs, in this process), nginx (`proxy_pass` with upstream
+//! keep-alive) and HAProxy (`http-reuse always`), each with the same number of
+//! workers. wrk drives each in turn, rounds alternating so drift hits all alike;
+//! requests/s and p99 latency are reported with our ratios, medians over the rounds.
+//!
+//! The proxy runs under a counting allocator, and wrk and the backend are other
+//! processes, so the allocation figures per request are the proxy's alone: for the
+//! plain proxy route, `status(200)`+`inlineContent`, `setQuery` to the backend and
+//! `redirectTo(308)`. Logging on vs off compares the same route with and without an
+//! access-log line per request (written to a file).
+//!
+//! Figures are reported, never asserted.
+
+use std::{
+    fmt::Write as _,
+    path::Path,
+    process::{Child, Command, ExitCode, Stdio},
+    sync::{Arc, atomic::Ordering::Relaxed},
+    time::Duration,
+};
+
+use lb_testbed::{
+    Netns,
+    benchkit::{ALLOCS, BYTES, Counting},
+    is_root,
+    lbd::TempDir,
+};
+use lb_userspace::l7::{
+    accesslog::{AccessLog, AccessLogConfig},
+    proxy::{L7Config, Proxy, ServiceInput},
+};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const FRONT: &str = "198.18.0.1";
+const BACKEND: &str = "198.18.0.11:8080";
+
+struct Options {
+    workers: usize,
+    connections: usize,
+    seconds: u64,
+    rounds: usize,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options { workers: 2, connections: 64, seconds: 5, rounds: 3 };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().and_then(|v| v.parse().ok()).ok_or(format!("{name} needs a number"));
+        match a.as_str() {
+            "--workers" => o.workers = value("--workers")?,
+            "--connections" => o.connections = value("--connections")?,
+            "--seconds" => o.seconds = value("--seconds")? as u64,
+            "--rounds" => o.rounds = value("--rounds")?,
+            other => return Err(format!("unknown argument {other} (--workers N --connections N --seconds N --rounds N)")),
+        }
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    if !is_root() {
+        eprintln!("lb-l7bench needs root (a network namespace)");
+        return ExitCode::FAILURE;
+    }
+    let opts = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("lb-l7bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ns = Netns::new("l7b");
+    for a in [FRONT, "198.18.0.11"] {
+        ns.ip(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
+    }
+    let dir = TempDir::new("l7bench");
+    let dir_path = dir.path().to_owned();
+    let report = ns.run(move || run(&opts, &dir_path));
+    match report {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("lb-l7bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A child process killed on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    /// SIGTERM first, so nginx's and HAProxy's masters stop their workers (SIGKILL
+    /// would orphan them); SIGKILL if still there after 3 s.
+    fn drop(&mut self) {
+        let pid = self.0.id() as i32;
+        // SAFETY: kill on our own child's pid, not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        for _ in 0..60 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(program: &str, args: &[&str]) -> Result<Daemon, String> {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map(Daemon)
+        .map_err(|e| format!("starting {program}: {e}"))
+}
+
+fn nginx(dir: &Path, name: &str, body: &str) -> Result<Daemon, String> {
+    let prefix = dir.join(name);
+    std::fs::create_dir_all(prefix.join("logs")).map_err(|e| e.to_string())?;
+    let conf = prefix.join("nginx.conf");
+    std::fs::write(&conf, body).map_err(|e| e.to_string())?;
+    spawn("nginx", &["-p", &prefix.display().to_string(), "-c", &conf.display().to_string(), "-g", "daemon off;"])
+}
+
+fn wait_for(addr: &str) -> Result<(), String> {
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("nothing listens on {addr}"))
+}
+
+/// One wrk run's figures.
+#[derive(Clone, Copy, Debug, Default)]
+struct Run {
+    rps: f64,
+    p99_ms: f64,
+    requests: u64,
+    errors: u64,
+}
+
+fn wrk(opts: &Options, url: &str, seconds: u64) -> Result<Run, String> {
+    let out = Command::new("wrk")
+        .args(["-t", &opts.workers.to_string(), "-c", &opts.connections.to_string(), "-d", &format!("{seconds}s"), "--latency", url])
+        .output()
+        .map_err(|e| format!("running wrk: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut run = Run::default();
+    for line in text.lines().map(str::trim) {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("Requests/sec:"), Some(v)) => run.rps = v.parse().unwrap_or(0.0),
+            (Some("99%"), Some(v)) => run.p99_ms = millis(v),
+            (Some(n), Some("requests")) => run.requests = n.parse().unwrap_or(0),
+            (Some("Non-2xx"), _) | (Some("Socket"), _) => {
+                run.errors += line.split([' ', ',']).filter_map(|w| w.parse::<u64>().ok()).sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    if run.rps == 0.0 {
+        return Err(format!("wrk {url}: no result\n{text}{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(run)
+}
+
+fn millis(v: &str) -> f64 {
+    let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
+    let n: f64 = num.parse().unwrap_or(0.0);
+    match unit {
+        "us" => n / 1000.0,
+        "s" => n * 1000.0,
+        _ => n,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn service(name: &str, port: u16, routes: &str) -> ServiceInput {
+    ServiceInput {
+        name: name.into(),
+        listen: format!("{FRONT}:{port}").parse().expect("address"),
+        routes: Some(Arc::from(routes)),
+        routes_origin: name.into(),
+        endpoints: vec![],
+    }
+}
+
+fn run(opts: &Options, dir: &Path) -> Result<String, String> {
+    let w = opts.workers;
+    let _backend = nginx(
+        dir,
+        "backend",
+        &format!(
+            "worker_processes {w};\nerror_log stderr error;\npid backend.pid;\nevents {{ worker_connections 4096; }}\n\
+             http {{ access_log off; server {{ listen {BACKEND} reuseport; keepalive_requests 1000000; \
+             location / {{ default_type text/plain; return 200 \"hello from the backend\\n\"; }} }} }}\n"
+        ),
+    )?;
+    let _nginx = nginx(
+        dir,
+        "proxy",
+        &format!(
+            "worker_processes {w};\nerror_log stderr error;\npid proxy.pid;\nevents {{ worker_connections 4096; }}\n\
+             http {{ access_log off; upstream b {{ server {BACKEND}; keepalive 256; }} \
+             server {{ listen {FRONT}:81; keepalive_requests 1000000; location / {{ proxy_pass http://b; proxy_http_version 1.1; \
+             proxy_set_header Connection \"\"; proxy_set_header Host $host; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; }} }} }}\n"
+        ),
+    )?;
+    let haproxy_cfg = dir.join("haproxy.cfg");
+    std::fs::write(
+        &haproxy_cfg,
+        format!(
+            "global\n  nbthread {w}\n  maxconn 4096\ndefaults\n  mode http\n  option forwardfor\n  http-reuse always\n  \
+             timeout connect 2s\n  timeout client 60s\n  timeout server 60s\nfrontend f\n  bind {FRONT}:82\n  default_backend b\n\
+             backend b\n  server s1 {BACKEND}\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let _haproxy = spawn("haproxy", &["-db", "-f", &haproxy_cfg.display().to_string()])?;
+
+    let log_settings = AccessLogConfig { file: dir.join("access.log").display().to_string(), ..AccessLogConfig::default() };
+    let log = AccessLog::open(log_settings).map_err(|e| e.to_string())?;
+    let limits = L7Config::default().limits().map_err(|(f, p)| format!("{f}: {p}"))?;
+    // Logging is off by default here; the "logged" route turns it on for itself.
+    let mut proxy = Proxy::start(limits, w, Some(log), false).map_err(|e| e.to_string())?;
+    let errors = proxy.apply(&[
+        service("plain", 80, &format!("r: * -> \"http://{BACKEND}\";")),
+        service("logged", 86, &format!("r: * -> enableAccessLog() -> \"http://{BACKEND}\";")),
+        service("inline", 87, "r: * -> status(200) -> inlineContent(\"hello from the proxy\\n\") -> <shunt>;"),
+        service("setquery", 88, &format!("r: * -> setQuery(\"lang\", \"pt\") -> \"http://{BACKEND}\";")),
+        service("redirect", 89, "r: * -> redirectTo(308, \"http://198.18.0.1:9999\") -> <shunt>;"),
+    ]);
+    if !errors.is_empty() {
+        return Err(format!("{errors:?}"));
+    }
+    for port in [80, 81, 82, 86, 87, 88, 89] {
+        wait_for(&format!("{FRONT}:{port}"))?;
+    }
+    wait_for(BACKEND)?;
+
+    let targets = [("lbd l7 proxy", 80), ("nginx 1.22", 81), ("HAProxy 2.6", 82), ("lbd, access log on", 86)];
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); targets.len()];
+    // A short warm-up of each, then alternating rounds.
+    for (_, port) in targets {
+        wrk(opts, &format!("http://{FRONT}:{port}/"), 1)?;
+    }
+    for _ in 0..opts.rounds {
+        for (i, (_, port)) in targets.iter().enumerate() {
+            runs[i].push(wrk(opts, &format!("http://{FRONT}:{port}/"), opts.seconds)?);
+        }
+    }
+    let rps: Vec<f64> = runs.iter().map(|r| median(r.iter().map(|x| x.rps).collect())).collect();
+    let p99: Vec<f64> = runs.iter().map(|r| median(r.iter().map(|x| x.p99_ms).collect())).collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nL7 proxy under wrk ({} threads, {} connections, {} s × {} rounds, medians; {w} workers each; backend nginx on loopback)",
+        opts.workers, opts.connections, opts.seconds, opts.rounds
+    );
+    let _ = writeln!(out, "{:<22} {:>12} {:>10} {:>14} {:>8}", "proxy", "requests/s", "p99 ms", "ours ÷ theirs", "errors");
+    for (i, (name, _)) in targets.iter().enumerate() {
+        let errors: u64 = runs[i].iter().map(|r| r.errors).sum();
+        let ratio = if i == 0 || i == 3 { String::from("-") } else { format!("{:.2}×", rps[0] / rps[i]) };
+        let _ = writeln!(out, "{name:<22} {:>12.0} {:>10.2} {:>14} {errors:>8}", rps[i], p99[i], ratio);
+    }
+    let _ = writeln!(out, "access log on vs off: {:+.1}% requests/s", (rps[3] / rps[0] - 1.0) * 100.0);
+
+    // Allocations per request, by route.
+    let _ = writeln!(out, "\nallocations per request (proxy process only; 2 s of wrk each)");
+    let _ = writeln!(out, "{:<34} {:>12} {:>12} {:>10}", "route", "allocs/req", "bytes/req", "requests");
+    for (name, port, label) in [
+        ("plain", 80, "proxy to backend"),
+        ("inline", 87, "status(200) -> inlineContent"),
+        ("setquery", 88, "setQuery -> backend"),
+        ("redirect", 89, "redirectTo(308)"),
+    ] {
+        let stats = proxy.service(name).ok_or("service missing")?;
+        let served = || stats.stats().responses.iter().map(|c| c.load(Relaxed)).sum::<u64>();
+        let (a0, b0, r0) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed), served());
+        wrk(opts, &format!("http://{FRONT}:{port}/some/path?x=1"), 2)?;
+        let (a1, b1, r1) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed), served());
+        let n = (r1 - r0).max(1);
+        let _ = writeln!(out, "{label:<34} {:>12.1} {:>12.0} {:>10}", (a1 - a0) as f64 / n as f64, (b1 - b0) as f64 / n as f64, n);
+    }
+    let (open, refused, malformed, _) = proxy.connection_counts();
+    let _ = writeln!(out, "(connections open {open}, refused {refused}, malformed {malformed}; wrk's own connection setup is in the figures above)");
+    proxy.shutdown();
+    Ok(out)
+}
