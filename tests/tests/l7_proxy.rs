@@ -440,7 +440,7 @@ fn access_log_lines_and_graceful_shutdown_drains_requests() {
                 .apply(&[service("svc", 80, Some(&routes), vec![])])
                 .is_empty()
         );
-        let slow = rt.block_on(async {
+        rt.block_on(async {
             let c = client(false);
             for _ in 0..5 {
                 assert_eq!(get(&c, &url(80, "/health")).await.expect("ok").status, 200);
@@ -454,9 +454,9 @@ fn access_log_lines_and_graceful_shutdown_drains_requests() {
             )
             .await
             .expect("ok");
-            // A slow request in flight when the shutdown starts.
-            rt.spawn(async move { get(&client(false), &url(80, "/slow/700")).await })
         });
+        // A slow request in flight when the shutdown starts.
+        let slow = rt.spawn(async move { get(&client(false), &url(80, "/slow/700")).await });
         std::thread::sleep(Duration::from_millis(200));
         proxy.shutdown();
         let answer = rt

@@ -184,7 +184,18 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
             setup::l7_bench_tools()?;
             // Selection and log-line micro-benchmarks first (criterion), then the
             // whole proxy under wrk against nginx and HAProxy.
-            cmd::cargo(&["bench", "--package", "lb-userspace", "--bench", "l7", "--", "--warm-up-time", "0.5", "--measurement-time", "1"])?;
+            cmd::cargo(&[
+                "bench",
+                "--package",
+                "lb-userspace",
+                "--bench",
+                "l7",
+                "--",
+                "--warm-up-time",
+                "0.5",
+                "--measurement-time",
+                "1",
+            ])?;
             "lb-l7bench"
         }
         other => bail!("unknown benchmark {other} (dataplane, control-plane, etcd, l7)"),

@@ -65,8 +65,11 @@ fn install(packages: &[&str]) -> Result<()> {
     let ours = !policy.exists();
     if ours {
         use std::os::unix::fs::PermissionsExt as _;
-        std::fs::write(policy, "#!/bin/sh\n# cargo xtask setup: no service starts while installing\nexit 101\n")
-            .context("writing /usr/sbin/policy-rc.d")?;
+        std::fs::write(
+            policy,
+            "#!/bin/sh\n# cargo xtask setup: no service starts while installing\nexit 101\n",
+        )
+        .context("writing /usr/sbin/policy-rc.d")?;
         std::fs::set_permissions(policy, std::fs::Permissions::from_mode(0o755))?;
     }
     let result = cmd::run(Command::new("apt-get").arg("update").arg("-q")).and_then(|()| {

@@ -48,16 +48,29 @@ struct Options {
 }
 
 fn options() -> Result<Options, String> {
-    let mut o = Options { workers: 2, connections: 64, seconds: 5, rounds: 3 };
+    let mut o = Options {
+        workers: 2,
+        connections: 64,
+        seconds: 5,
+        rounds: 3,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().and_then(|v| v.parse().ok()).ok_or(format!("{name} needs a number"));
+        let mut value = |name: &str| {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or(format!("{name} needs a number"))
+        };
         match a.as_str() {
             "--workers" => o.workers = value("--workers")?,
             "--connections" => o.connections = value("--connections")?,
             "--seconds" => o.seconds = value("--seconds")? as u64,
             "--rounds" => o.rounds = value("--rounds")?,
-            other => return Err(format!("unknown argument {other} (--workers N --connections N --seconds N --rounds N)")),
+            other => {
+                return Err(format!(
+                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N)"
+                ));
+            }
         }
     }
     Ok(o)
@@ -131,7 +144,17 @@ fn nginx(dir: &Path, name: &str, body: &str) -> Result<Daemon, String> {
     std::fs::create_dir_all(prefix.join("logs")).map_err(|e| e.to_string())?;
     let conf = prefix.join("nginx.conf");
     std::fs::write(&conf, body).map_err(|e| e.to_string())?;
-    spawn("nginx", &["-p", &prefix.display().to_string(), "-c", &conf.display().to_string(), "-g", "daemon off;"])
+    spawn(
+        "nginx",
+        &[
+            "-p",
+            &prefix.display().to_string(),
+            "-c",
+            &conf.display().to_string(),
+            "-g",
+            "daemon off;",
+        ],
+    )
 }
 
 fn wait_for(addr: &str) -> Result<(), String> {
@@ -155,7 +178,16 @@ struct Run {
 
 fn wrk(opts: &Options, url: &str, seconds: u64) -> Result<Run, String> {
     let out = Command::new("wrk")
-        .args(["-t", &opts.workers.to_string(), "-c", &opts.connections.to_string(), "-d", &format!("{seconds}s"), "--latency", url])
+        .args([
+            "-t",
+            &opts.workers.to_string(),
+            "-c",
+            &opts.connections.to_string(),
+            "-d",
+            &format!("{seconds}s"),
+            "--latency",
+            url,
+        ])
         .output()
         .map_err(|e| format!("running wrk: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -167,13 +199,19 @@ fn wrk(opts: &Options, url: &str, seconds: u64) -> Result<Run, String> {
             (Some("99%"), Some(v)) => run.p99_ms = millis(v),
             (Some(n), Some("requests")) => run.requests = n.parse().unwrap_or(0),
             (Some("Non-2xx"), _) | (Some("Socket"), _) => {
-                run.errors += line.split([' ', ',']).filter_map(|w| w.parse::<u64>().ok()).sum::<u64>();
+                run.errors += line
+                    .split([' ', ','])
+                    .filter_map(|w| w.parse::<u64>().ok())
+                    .sum::<u64>();
             }
             _ => {}
         }
     }
     if run.rps == 0.0 {
-        return Err(format!("wrk {url}: no result\n{text}{}", String::from_utf8_lossy(&out.stderr)));
+        return Err(format!(
+            "wrk {url}: no result\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     Ok(run)
 }
@@ -234,19 +272,43 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         ),
     )
     .map_err(|e| e.to_string())?;
-    let _haproxy = spawn("haproxy", &["-db", "-f", &haproxy_cfg.display().to_string()])?;
+    let _haproxy = spawn(
+        "haproxy",
+        &["-db", "-f", &haproxy_cfg.display().to_string()],
+    )?;
 
-    let log_settings = AccessLogConfig { file: dir.join("access.log").display().to_string(), ..AccessLogConfig::default() };
+    let log_settings = AccessLogConfig {
+        file: dir.join("access.log").display().to_string(),
+        ..AccessLogConfig::default()
+    };
     let log = AccessLog::open(log_settings).map_err(|e| e.to_string())?;
-    let limits = L7Config::default().limits().map_err(|(f, p)| format!("{f}: {p}"))?;
+    let limits = L7Config::default()
+        .limits()
+        .map_err(|(f, p)| format!("{f}: {p}"))?;
     // Logging is off by default here; the "logged" route turns it on for itself.
     let mut proxy = Proxy::start(limits, w, Some(log), false).map_err(|e| e.to_string())?;
     let errors = proxy.apply(&[
         service("plain", 80, &format!("r: * -> \"http://{BACKEND}\";")),
-        service("logged", 86, &format!("r: * -> enableAccessLog() -> \"http://{BACKEND}\";")),
-        service("inline", 87, "r: * -> status(200) -> inlineContent(\"hello from the proxy\\n\") -> <shunt>;"),
-        service("setquery", 88, &format!("r: * -> setQuery(\"lang\", \"pt\") -> \"http://{BACKEND}\";")),
-        service("redirect", 89, "r: * -> redirectTo(308, \"http://198.18.0.1:9999\") -> <shunt>;"),
+        service(
+            "logged",
+            86,
+            &format!("r: * -> enableAccessLog() -> \"http://{BACKEND}\";"),
+        ),
+        service(
+            "inline",
+            87,
+            "r: * -> status(200) -> inlineContent(\"hello from the proxy\\n\") -> <shunt>;",
+        ),
+        service(
+            "setquery",
+            88,
+            &format!("r: * -> setQuery(\"lang\", \"pt\") -> \"http://{BACKEND}\";"),
+        ),
+        service(
+            "redirect",
+            89,
+            "r: * -> redirectTo(308, \"http://198.18.0.1:9999\") -> <shunt>;",
+        ),
     ]);
     if !errors.is_empty() {
         return Err(format!("{errors:?}"));
@@ -256,7 +318,12 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
     }
     wait_for(BACKEND)?;
 
-    let targets = [("lbd l7 proxy", 80), ("nginx 1.22", 81), ("HAProxy 2.6", 82), ("lbd, access log on", 86)];
+    let targets = [
+        ("lbd l7 proxy", 80),
+        ("nginx 1.22", 81),
+        ("HAProxy 2.6", 82),
+        ("lbd, access log on", 86),
+    ];
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); targets.len()];
     // A short warm-up of each, then alternating rounds.
     for (_, port) in targets {
@@ -267,25 +334,54 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
             runs[i].push(wrk(opts, &format!("http://{FRONT}:{port}/"), opts.seconds)?);
         }
     }
-    let rps: Vec<f64> = runs.iter().map(|r| median(r.iter().map(|x| x.rps).collect())).collect();
-    let p99: Vec<f64> = runs.iter().map(|r| median(r.iter().map(|x| x.p99_ms).collect())).collect();
+    let rps: Vec<f64> = runs
+        .iter()
+        .map(|r| median(r.iter().map(|x| x.rps).collect()))
+        .collect();
+    let p99: Vec<f64> = runs
+        .iter()
+        .map(|r| median(r.iter().map(|x| x.p99_ms).collect()))
+        .collect();
     let mut out = String::new();
     let _ = writeln!(
         out,
         "\nL7 proxy under wrk ({} threads, {} connections, {} s × {} rounds, medians; {w} workers each; backend nginx on loopback)",
         opts.workers, opts.connections, opts.seconds, opts.rounds
     );
-    let _ = writeln!(out, "{:<22} {:>12} {:>10} {:>14} {:>8}", "proxy", "requests/s", "p99 ms", "ours ÷ theirs", "errors");
+    let _ = writeln!(
+        out,
+        "{:<22} {:>12} {:>10} {:>14} {:>8}",
+        "proxy", "requests/s", "p99 ms", "ours ÷ theirs", "errors"
+    );
     for (i, (name, _)) in targets.iter().enumerate() {
         let errors: u64 = runs[i].iter().map(|r| r.errors).sum();
-        let ratio = if i == 0 || i == 3 { String::from("-") } else { format!("{:.2}×", rps[0] / rps[i]) };
-        let _ = writeln!(out, "{name:<22} {:>12.0} {:>10.2} {:>14} {errors:>8}", rps[i], p99[i], ratio);
+        let ratio = if i == 0 || i == 3 {
+            String::from("-")
+        } else {
+            format!("{:.2}×", rps[0] / rps[i])
+        };
+        let _ = writeln!(
+            out,
+            "{name:<22} {:>12.0} {:>10.2} {:>14} {errors:>8}",
+            rps[i], p99[i], ratio
+        );
     }
-    let _ = writeln!(out, "access log on vs off: {:+.1}% requests/s", (rps[3] / rps[0] - 1.0) * 100.0);
+    let _ = writeln!(
+        out,
+        "access log on vs off: {:+.1}% requests/s",
+        (rps[3] / rps[0] - 1.0) * 100.0
+    );
 
     // Allocations per request, by route.
-    let _ = writeln!(out, "\nallocations per request (proxy process only; 2 s of wrk each)");
-    let _ = writeln!(out, "{:<34} {:>12} {:>12} {:>10}", "route", "allocs/req", "bytes/req", "requests");
+    let _ = writeln!(
+        out,
+        "\nallocations per request (proxy process only; 2 s of wrk each)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<34} {:>12} {:>12} {:>10}",
+        "route", "allocs/req", "bytes/req", "requests"
+    );
     for (name, port, label) in [
         ("plain", 80, "proxy to backend"),
         ("inline", 87, "status(200) -> inlineContent"),
@@ -293,15 +389,31 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         ("redirect", 89, "redirectTo(308)"),
     ] {
         let stats = proxy.service(name).ok_or("service missing")?;
-        let served = || stats.stats().responses.iter().map(|c| c.load(Relaxed)).sum::<u64>();
+        let served = || {
+            stats
+                .stats()
+                .responses
+                .iter()
+                .map(|c| c.load(Relaxed))
+                .sum::<u64>()
+        };
         let (a0, b0, r0) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed), served());
         wrk(opts, &format!("http://{FRONT}:{port}/some/path?x=1"), 2)?;
         let (a1, b1, r1) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed), served());
         let n = (r1 - r0).max(1);
-        let _ = writeln!(out, "{label:<34} {:>12.1} {:>12.0} {:>10}", (a1 - a0) as f64 / n as f64, (b1 - b0) as f64 / n as f64, n);
+        let _ = writeln!(
+            out,
+            "{label:<34} {:>12.1} {:>12.0} {:>10}",
+            (a1 - a0) as f64 / n as f64,
+            (b1 - b0) as f64 / n as f64,
+            n
+        );
     }
     let (open, refused, malformed, _) = proxy.connection_counts();
-    let _ = writeln!(out, "(connections open {open}, refused {refused}, malformed {malformed}; wrk's own connection setup is in the figures above)");
+    let _ = writeln!(
+        out,
+        "(connections open {open}, refused {refused}, malformed {malformed}; wrk's own connection setup is in the figures above)"
+    );
     proxy.shutdown();
     Ok(out)
 }

@@ -85,7 +85,7 @@ impl Renderer {
     }
 
     fn text(&mut self, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
-        client(e, out, |out, b| bare(out, b));
+        client(e, out, bare);
         out.extend_from_slice(b" - ");
         bare_or_dash(out, e.user);
         out.extend_from_slice(b" [");

@@ -191,7 +191,7 @@ impl ServiceState {
             }
             match tokio::time::timeout(
                 self.shared.limits.request_timeout,
-                self.shared.client.request(req),
+                self.shared.clients[super::workers::current()].request(req),
             )
             .await
             {

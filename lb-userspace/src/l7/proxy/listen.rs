@@ -61,8 +61,8 @@ impl Activity {
 }
 
 /// Binds `addr` with `IP_FREEBIND`, so the listener can start before the VIP is on an
-/// interface, and `SO_REUSEADDR`, so a restarted lbd binds while old connections
-/// linger in TIME_WAIT.
+/// interface, `SO_REUSEADDR`, so a restarted lbd binds while old connections linger
+/// in TIME_WAIT, and `SO_REUSEPORT`, so every worker has a listener of its own.
 ///
 /// # Errors
 /// The socket calls' errors.
@@ -70,6 +70,8 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
+    // One listener per worker on the same address; the kernel spreads connections.
+    socket.set_reuse_port(true)?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
         socket.set_freebind_v6(true)?;
@@ -91,17 +93,45 @@ pub struct Connections {
     pub idle_closed: AtomicU64,
 }
 
-/// Accepts until `stop` turns true (then open connections are asked to finish).
+/// What ends serving: the service going away, or the whole proxy draining.
+#[derive(Clone, Debug)]
+pub struct Stops {
+    /// The service was removed.
+    pub service: watch::Receiver<bool>,
+    /// The proxy shuts down.
+    pub drain: watch::Receiver<bool>,
+}
+
+impl Stops {
+    fn now(&self) -> bool {
+        *self.service.borrow() || *self.drain.borrow()
+    }
+
+    /// Resolves when either turns true.
+    async fn wait(&mut self) {
+        loop {
+            if self.now() {
+                return;
+            }
+            tokio::select! {
+                r = self.service.changed() => if r.is_err() { std::future::pending::<()>().await },
+                r = self.drain.changed() => if r.is_err() { std::future::pending::<()>().await },
+            }
+        }
+    }
+}
+
+/// Accepts until a stop (then open connections are asked to finish).
 pub async fn accept_loop(
     listener: TcpListener,
     service: Arc<ServiceState>,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+    mut stops: Stops,
 ) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            _ = stop.changed() => return,
+            () = stops.wait() => return,
         };
         let (stream, peer) = match accepted {
             Ok(a) => a,
@@ -125,7 +155,7 @@ pub async fn accept_loop(
             peer,
             Arc::clone(&service),
             Arc::clone(&shared),
-            stop.clone(),
+            stops.clone(),
         ));
     }
 }
@@ -135,7 +165,7 @@ async fn serve(
     peer: SocketAddr,
     service: Arc<ServiceState>,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+    mut stops: Stops,
 ) {
     let limits = shared.limits;
     let activity = Arc::new(Activity::new());
@@ -160,7 +190,7 @@ async fn serve(
     };
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
-    let mut stopping = *stop.borrow();
+    let mut stopping = stops.now();
     if stopping {
         conn.as_mut().graceful_shutdown();
     }
@@ -173,7 +203,7 @@ async fn serve(
     let result = loop {
         tokio::select! {
             r = conn.as_mut() => break r,
-            _ = stop.changed(), if !stopping => {
+            () = stops.wait(), if !stopping => {
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }

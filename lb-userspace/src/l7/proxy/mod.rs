@@ -1,6 +1,7 @@
-//! The HTTP proxy of `l7` services: one listener per VIP:port on a multi-threaded
-//! runtime of its own (the agent's loop stays single-threaded and never waits for
-//! HTTP), pooled keep-alive connections to backends, and a drain on shutdown.
+//! The HTTP proxy of `l7` services: worker threads of its own (see [`workers`]; the
+//! agent's loop stays single-threaded and never waits for HTTP), each listening on
+//! every VIP:port with its own pooled keep-alive connections to backends, and a drain
+//! on shutdown.
 //!
 //! The agent drives it with [`Proxy::apply`]: each call says which services exist,
 //! their routes and their endpoints (health and fade-in already in the weights);
@@ -14,6 +15,7 @@ mod listen;
 mod settings;
 #[cfg(test)]
 mod tests;
+pub mod workers;
 
 use std::{
     collections::HashMap,
@@ -45,7 +47,8 @@ use super::{
 #[derive(Debug)]
 pub struct Shared {
     pub(crate) limits: Limits,
-    pub(crate) client: Client<HttpConnector, body::UpBody>,
+    /// One backend connection pool per worker.
+    pub(crate) clients: Vec<Client<HttpConnector, body::UpBody>>,
     pub(crate) access_log: Option<Arc<AccessLog>>,
     /// Log requests of routes without an access-log rule.
     pub(crate) log_default: bool,
@@ -89,14 +92,17 @@ pub struct ServiceInput {
 }
 
 struct Running {
+    /// What is in force: the routes text last compiled, the endpoints last applied.
     input: ServiceInput,
     state: Arc<ServiceState>,
     stop: watch::Sender<bool>,
+    /// The last route text that did not compile.
+    rejected: Option<Arc<str>>,
 }
 
 /// The proxy.
 pub struct Proxy {
-    runtime: Option<tokio::runtime::Runtime>,
+    workers: Option<workers::Workers>,
     shared: Arc<Shared>,
     services: HashMap<String, Running>,
     /// Tells every connection to finish (graceful shutdown).
@@ -135,34 +141,38 @@ pub enum ApplyError {
 }
 
 impl Proxy {
-    /// Starts the worker runtime (`workers` threads, 0 = one per CPU).
+    /// Starts `workers` worker threads (0 = one per CPU).
     ///
     /// # Errors
-    /// The runtime cannot start.
+    /// A worker cannot start.
     pub fn start(
         limits: Limits,
         workers: usize,
         access_log: Option<AccessLog>,
         log_default: bool,
     ) -> std::io::Result<Self> {
-        let mut rt = tokio::runtime::Builder::new_multi_thread();
-        rt.enable_all().thread_name("lbd-l7");
-        if workers > 0 {
-            rt.worker_threads(workers);
-        }
-        let runtime = rt.build()?;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(limits.connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(std::time::Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build(connector);
+        let n = if workers == 0 {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        } else {
+            workers
+        };
+        let pool = workers::Workers::start(n)?;
+        let clients = (0..n)
+            .map(|_| {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(limits.connect_timeout));
+                connector.set_nodelay(true);
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(std::time::Duration::from_secs(90))
+                    .pool_max_idle_per_host(256)
+                    .build(connector)
+            })
+            .collect();
         let access_log = access_log.map(Arc::new);
         if let Some(log) = &access_log {
             // Buffered lines go out every 100 ms.
             let log = Arc::downgrade(log);
-            runtime.spawn(async move {
+            pool.handles()[0].spawn(async move {
                 let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
                 loop {
                     tick.tick().await;
@@ -175,14 +185,14 @@ impl Proxy {
         }
         let shared = Arc::new(Shared {
             limits,
-            client,
+            clients,
             access_log,
             log_default,
             registry: Registry::default(),
             connections: listen::Connections::default(),
         });
         Ok(Self {
-            runtime: Some(runtime),
+            workers: Some(pool),
             shared,
             services: HashMap::new(),
             drain: watch::channel(false).0,
@@ -191,12 +201,9 @@ impl Proxy {
 
     /// Makes the running services match `inputs`. Each service is applied on its own:
     /// one whose routes do not compile keeps its previous routes (or does not start),
-    /// the others are applied. Returns the errors.
+    /// the others are applied. A rejected route text is reported once, not again until
+    /// it changes. Returns the errors.
     pub fn apply(&mut self, inputs: &[ServiceInput]) -> Vec<ApplyError> {
-        let Some(runtime) = &self.runtime else {
-            return Vec::new();
-        };
-        let _guard = runtime.enter();
         let now = SystemTime::now();
         let mut errors = Vec::new();
         self.services.retain(|name, running| {
@@ -214,110 +221,81 @@ impl Proxy {
             keep
         });
         for input in inputs {
-            if let Some(running) = self.services.get_mut(&input.name) {
-                if running.input == *input {
-                    continue;
-                }
-                if running.input.routes != input.routes {
-                    let previous = running.state.routes.load_full();
-                    match compile(input, &self.shared.registry, Some(&previous), now) {
-                        Ok(table) => {
-                            running.state.routes.store(Arc::new(table));
-                            log::info!(
-                                "l7 service {}: routes from {} loaded",
-                                input.name,
-                                input.routes_origin
-                            );
-                        }
-                        Err(source) => {
-                            errors.push(ApplyError::Routes {
-                                origin: input.routes_origin.clone(),
-                                source,
-                            });
-                            // Keep the old text on record so the same broken text is
-                            // not reported again; endpoints still apply below.
-                            running.input.endpoints.clear();
-                            let table = running.state.routes.load_full();
-                            table.set_service_endpoints(
-                                &input.endpoints,
-                                &self.shared.registry,
-                                now,
-                            );
-                            running.input.endpoints.clone_from(&input.endpoints);
-                            continue;
-                        }
+            match self.services.get_mut(&input.name) {
+                Some(running) => {
+                    if let Err(e) = update(running, input, &self.shared.registry, now) {
+                        errors.push(e);
                     }
-                } else if running.input.endpoints != input.endpoints {
-                    running.state.routes.load().set_service_endpoints(
-                        &input.endpoints,
-                        &self.shared.registry,
-                        now,
-                    );
                 }
-                running.input = input.clone();
-                continue;
-            }
-            let table = match compile(input, &self.shared.registry, None, now) {
-                Ok(t) => t,
-                Err(source) => {
-                    errors.push(ApplyError::Routes {
-                        origin: input.routes_origin.clone(),
-                        source,
-                    });
-                    continue;
-                }
-            };
-            let listener = match bind(input.listen).and_then(tokio::net::TcpListener::from_std) {
-                Ok(l) => l,
-                Err(source) => {
-                    errors.push(ApplyError::Listen {
-                        service: input.name.clone(),
-                        addr: input.listen,
-                        source,
-                    });
-                    continue;
-                }
-            };
-            let state = Arc::new(ServiceState {
-                name: input.name.clone(),
-                routes: ArcSwap::from_pointee(table),
-                shared: Arc::clone(&self.shared),
-                stats: ServiceStats::default(),
-            });
-            let (stop, stop_rx) = watch::channel(false);
-            // A per-service stop and the node-wide drain, merged.
-            let mut drain_rx = self.drain.subscribe();
-            let (merged_tx, merged_rx) = watch::channel(false);
-            let mut stop_rx2 = stop_rx.clone();
-            runtime.spawn(async move {
-                tokio::select! {
-                    _ = stop_rx2.changed() => {}
-                    _ = drain_rx.changed() => {}
-                }
-                let _ = merged_tx.send(true);
-            });
-            runtime.spawn(listen::accept_loop(
-                listener,
-                Arc::clone(&state),
-                Arc::clone(&self.shared),
-                merged_rx,
-            ));
-            log::info!(
-                "l7 service {}: listening on http://{}",
-                input.name,
-                input.listen
-            );
-            self.services.insert(
-                input.name.clone(),
-                Running {
-                    input: input.clone(),
-                    state,
-                    stop,
+                None => match self.launch(input, now) {
+                    Ok(running) => {
+                        self.services.insert(input.name.clone(), running);
+                    }
+                    Err(e) => errors.push(e),
                 },
-            );
+            }
         }
         self.shared.registry.prune();
         errors
+    }
+
+    /// Compiles a new service's routes and listens on its VIP:port on every worker.
+    fn launch(&self, input: &ServiceInput, now: SystemTime) -> Result<Running, ApplyError> {
+        let Some(workers) = &self.workers else {
+            return Err(ApplyError::Listen {
+                service: input.name.clone(),
+                addr: input.listen,
+                source: std::io::Error::other("the proxy is shut down"),
+            });
+        };
+        let table = compile(input, &self.shared.registry, None, now).map_err(|source| {
+            ApplyError::Routes {
+                origin: input.routes_origin.clone(),
+                source,
+            }
+        })?;
+        // One listener per worker, all bound before any is served.
+        let listeners = workers
+            .handles()
+            .iter()
+            .map(|_| bind(input.listen))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|source| ApplyError::Listen {
+                service: input.name.clone(),
+                addr: input.listen,
+                source,
+            })?;
+        let state = Arc::new(ServiceState {
+            name: input.name.clone(),
+            routes: ArcSwap::from_pointee(table),
+            shared: Arc::clone(&self.shared),
+            stats: ServiceStats::default(),
+        });
+        let (stop, _) = watch::channel(false);
+        for (handle, listener) in workers.handles().iter().zip(listeners) {
+            let (state, shared) = (Arc::clone(&state), Arc::clone(&self.shared));
+            let stops = listen::Stops {
+                service: stop.subscribe(),
+                drain: self.drain.subscribe(),
+            };
+            handle.spawn(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => listen::accept_loop(l, state, shared, stops).await,
+                    Err(e) => log::error!("l7 service {}: {e}", state.name),
+                }
+            });
+        }
+        log::info!(
+            "l7 service {}: listening on http://{}",
+            input.name,
+            input.listen
+        );
+        Ok(Running {
+            input: input.clone(),
+            state,
+            stop,
+            rejected: None,
+        })
     }
 
     /// The live state of a service.
@@ -338,34 +316,78 @@ impl Proxy {
     }
 
     /// Stops accepting, lets requests in flight finish (up to the shutdown timeout),
-    /// and writes out the access log. Must not be called from inside an async runtime.
+    /// stops the workers and writes out the access log. Blocks the calling thread.
     pub fn shutdown(mut self) {
-        let Some(runtime) = self.runtime.take() else {
+        let Some(workers) = self.workers.take() else {
             return;
         };
         let _ = self.drain.send(true);
-        let shared = Arc::clone(&self.shared);
-        let deadline = shared.limits.shutdown_timeout;
-        runtime.block_on(async {
-            let wait = async {
-                while shared.connections.open.load(Ordering::Acquire) > 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
-            };
-            if tokio::time::timeout(deadline, wait).await.is_err() {
-                log::warn!(
-                    "l7: {} connections still open after {deadline:?}; closing them",
-                    shared.connections.open.load(Ordering::Acquire)
-                );
-            }
-        });
-        drop(runtime);
+        let open = || self.shared.connections.open.load(Ordering::Acquire);
+        let deadline = std::time::Instant::now() + self.shared.limits.shutdown_timeout;
+        while open() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if open() > 0 {
+            log::warn!(
+                "l7: {} connections still open after {:?}; closing them",
+                open(),
+                self.shared.limits.shutdown_timeout
+            );
+        }
+        workers.stop();
         if let Some(log) = &self.shared.access_log
             && let Err(e) = log.flush()
         {
             log::error!("writing the access log: {e}");
         }
     }
+}
+
+/// Applies a running service's new input: routes recompiled when their text changed
+/// (and was not rejected before), endpoints replaced when they changed.
+fn update(
+    running: &mut Running,
+    input: &ServiceInput,
+    registry: &Registry,
+    now: SystemTime,
+) -> Result<(), ApplyError> {
+    if running.input == *input {
+        return Ok(());
+    }
+    let mut result = Ok(());
+    let routes_changed = running.input.routes != input.routes;
+    if routes_changed && running.rejected != input.routes {
+        let previous = running.state.routes.load_full();
+        match compile(input, registry, Some(&previous), now) {
+            Ok(table) => {
+                running.state.routes.store(Arc::new(table));
+                running.rejected = None;
+                log::info!(
+                    "l7 service {}: routes from {} loaded",
+                    input.name,
+                    input.routes_origin
+                );
+                running.input = input.clone();
+                return Ok(());
+            }
+            Err(source) => {
+                running.rejected.clone_from(&input.routes);
+                result = Err(ApplyError::Routes {
+                    origin: input.routes_origin.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    if running.input.endpoints != input.endpoints {
+        running
+            .state
+            .routes
+            .load()
+            .set_service_endpoints(&input.endpoints, registry, now);
+        running.input.endpoints.clone_from(&input.endpoints);
+    }
+    result
 }
 
 fn compile(
