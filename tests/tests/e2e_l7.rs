@@ -139,6 +139,26 @@ fn http_vip_routes_balances_follows_health_and_reloads_routes() {
         BTreeMap::from([("hi from v2".to_owned(), 2)])
     );
 
+    // The proxy's counters on /metrics: every answer so far was a 2xx, backend 1 got
+    // exactly its 20 requests before it went unhealthy.
+    let metrics = lb_testbed::lbd::scrape_metrics(&topo.lb);
+    let value = |line: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no {line} in\n{metrics}"))
+    };
+    let answered = value("lbd_l7_responses_total{service=\"web\",code=\"2xx\"}");
+    assert!(answered >= (3 + 60 + 40 + 1 + 2) as f64, "{answered}");
+    assert_eq!(
+        value(&format!(
+            "lbd_l7_endpoint_requests_total{{endpoint=\"{}:80\"}}",
+            backend_addr(1)
+        )),
+        20.0
+    );
+    assert_eq!(value("lbd_l7_upstream_errors_total{service=\"web\"}"), 0.0);
+
     let (code, out) = lbd.stop();
     assert_eq!(code, Some(0), "{out}");
     let lines = std::fs::read_to_string(&log).expect("access log");

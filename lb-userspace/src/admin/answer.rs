@@ -24,6 +24,8 @@ pub struct Meta {
     pub generation: u64,
     /// Why the latest reload was rejected, until one succeeds.
     pub config_error: Option<String>,
+    /// The L7 proxy's counters as of this query, if it runs.
+    pub l7: Option<crate::l7::stats::L7Snapshot>,
 }
 
 impl Meta {
@@ -113,6 +115,7 @@ fn metrics_text(agent: &Agent, meta: &Meta, flows: &FlowCounts) -> Result<Reply,
             backends: &backends,
             counters: &counters,
             reconciles: agent.reconciles(),
+            l7: meta.l7.as_ref(),
         }),
     })
 }

@@ -22,6 +22,8 @@ pub struct Snapshot<'a> {
     pub counters: &'a [(Counter, u64)],
     /// Reconcile latencies.
     pub reconciles: &'a Histogram,
+    /// The L7 proxy's counters, if it runs.
+    pub l7: Option<&'a crate::l7::stats::L7Snapshot>,
 }
 
 /// A metric family drawn from a view: name, type, help, value.
@@ -313,6 +315,9 @@ pub fn render(s: &Snapshot<'_>) -> String {
         &[],
         s.status.fade_in_rebuilds as f64,
     );
+    if let Some(l7) = s.l7 {
+        render_l7(o, l7);
+    }
     out
 }
 
@@ -323,6 +328,122 @@ pub fn verdict_reason(c: Counter) -> (&'static str, &'static str) {
     match name.split_once('_') {
         Some((verdict, reason)) => (verdict, reason),
         None => (name, "forwarded"),
+    }
+}
+
+/// The `lbd_l7_*` families.
+fn render_l7(o: &mut String, l7: &crate::l7::stats::L7Snapshot) {
+    family(
+        o,
+        "lbd_l7_responses_total",
+        "counter",
+        "HTTP responses of l7 services by status class.",
+    );
+    for svc in &l7.services {
+        for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
+            sample(
+                o,
+                "lbd_l7_responses_total",
+                &[("service", &svc.name), ("code", class)],
+                svc.responses[i] as f64,
+            );
+        }
+    }
+    let per_service: [(&str, &str, fn(&crate::l7::stats::L7ServiceStats) -> u64); 3] = [
+        (
+            "lbd_l7_no_route_total",
+            "Requests no route matched (answered 404).",
+            |s| s.no_route,
+        ),
+        (
+            "lbd_l7_retries_total",
+            "Extra attempts on the next endpoint after a failed connect.",
+            |s| s.retries,
+        ),
+        (
+            "lbd_l7_upstream_errors_total",
+            "Requests answered 502, 503 or 504 by the proxy.",
+            |s| s.upstream_errors,
+        ),
+    ];
+    for (name, help, value) in per_service {
+        family(o, name, "counter", help);
+        for svc in &l7.services {
+            sample(o, name, &[("service", &svc.name)], value(svc) as f64);
+        }
+    }
+    family(
+        o,
+        "lbd_l7_endpoint_in_flight",
+        "gauge",
+        "Requests in flight to a backend endpoint.",
+    );
+    for e in &l7.endpoints {
+        sample(
+            o,
+            "lbd_l7_endpoint_in_flight",
+            &[("endpoint", &e.endpoint)],
+            f64::from(e.in_flight),
+        );
+    }
+    family(
+        o,
+        "lbd_l7_endpoint_requests_total",
+        "counter",
+        "Attempts sent to a backend endpoint.",
+    );
+    for e in &l7.endpoints {
+        sample(
+            o,
+            "lbd_l7_endpoint_requests_total",
+            &[("endpoint", &e.endpoint)],
+            e.requests as f64,
+        );
+    }
+    family(
+        o,
+        "lbd_l7_endpoint_failures_total",
+        "counter",
+        "Attempts to a backend endpoint that failed.",
+    );
+    for e in &l7.endpoints {
+        sample(
+            o,
+            "lbd_l7_endpoint_failures_total",
+            &[("endpoint", &e.endpoint)],
+            e.failures as f64,
+        );
+    }
+    gauge(
+        o,
+        "lbd_l7_connections",
+        "Client connections open.",
+        l7.connections_open as f64,
+    );
+    for (name, help, value) in [
+        (
+            "lbd_l7_connections_refused_total",
+            "Connections closed at once over node.l7.max_connections.",
+            l7.connections_refused,
+        ),
+        (
+            "lbd_l7_malformed_requests_total",
+            "Requests refused as malformed (400, 414, 431).",
+            l7.malformed_requests,
+        ),
+        (
+            "lbd_l7_idle_closed_total",
+            "Connections closed after node.l7.idle_timeout.",
+            l7.idle_closed,
+        ),
+        (
+            "lbd_l7_access_log_lines_total",
+            "Access-log lines written.",
+            l7.access_log_lines,
+        ),
+    ] {
+        family(o, name, "counter", help);
+        sample(o, name, &[], value as f64);
     }
 }
 

@@ -136,6 +136,7 @@ fn run_until_shutdown(
             config_path: path.display().to_string(),
             generation: 1,
             config_error: None,
+            l7: None,
         };
         let (queries, mut asked) = tokio::sync::mpsc::channel(64);
         let (counted_tx, mut counted_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -182,6 +183,7 @@ fn run_until_shutdown(
                     }
                 }
                 Some((query, reply)) = asked.recv() => {
+                    meta.l7 = l7.snapshot();
                     if !query.needs_flows() {
                         let _ = reply.send(answer(agent, &meta, &query, None));
                         continue;

@@ -14,3 +14,4 @@ pub mod eskip;
 pub mod node;
 pub mod proxy;
 pub mod routes;
+pub mod stats;

@@ -56,6 +56,11 @@ impl L7Node {
         self.applied = inputs;
     }
 
+    /// The proxy's counters, if it runs.
+    pub fn snapshot(&self) -> Option<super::stats::L7Snapshot> {
+        self.proxy.as_ref().map(Proxy::snapshot)
+    }
+
     /// The running proxy, if any service needed one.
     pub fn proxy(&self) -> Option<&Proxy> {
         self.proxy.as_ref()

@@ -78,12 +78,32 @@ fn renders_counters_gauges_labels_and_histogram() {
         (Counter::DropNoRoute, 2),
         (Counter::Tx, 10),
     ];
+    let l7 = crate::l7::stats::L7Snapshot {
+        services: vec![crate::l7::stats::L7ServiceStats {
+            name: "api".into(),
+            listen: "198.18.0.100:80".into(),
+            responses: [0, 90, 3, 5, 2],
+            no_route: 5,
+            retries: 1,
+            upstream_errors: 2,
+        }],
+        endpoints: vec![crate::l7::stats::L7EndpointStats {
+            endpoint: "198.18.1.1:8080".into(),
+            in_flight: 3,
+            requests: 96,
+            failures: 1,
+        }],
+        connections_open: 4,
+        malformed_requests: 6,
+        ..Default::default()
+    };
     let text = render(&Snapshot {
         status: &status(),
         services: &[service()],
         backends: &[backend()],
         counters: &counters,
         reconciles: &h,
+        l7: Some(&l7),
     });
     for line in [
         "# TYPE lbd_xdp_packets_total counter",
@@ -105,6 +125,13 @@ fn renders_counters_gauges_labels_and_histogram() {
         "lbd_reconcile_duration_seconds_bucket{le=\"+Inf\"} 2",
         "lbd_reconcile_duration_seconds_count 2",
         "lbd_fade_in_rebuilds_total 4",
+        "lbd_l7_responses_total{service=\"api\",code=\"2xx\"} 90",
+        "lbd_l7_responses_total{service=\"api\",code=\"5xx\"} 2",
+        "lbd_l7_retries_total{service=\"api\"} 1",
+        "lbd_l7_endpoint_in_flight{endpoint=\"198.18.1.1:8080\"} 3",
+        "lbd_l7_endpoint_failures_total{endpoint=\"198.18.1.1:8080\"} 1",
+        "lbd_l7_connections 4",
+        "lbd_l7_malformed_requests_total 6",
     ] {
         assert!(
             text.lines().any(|l| l == line),

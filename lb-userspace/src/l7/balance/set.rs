@@ -74,13 +74,14 @@ impl Registry {
         )
     }
 
-    /// Forgets endpoints no set holds any more (their counters restart if they return).
-    pub fn prune(&self) {
+    /// Forgets endpoints no set holds any more and `listed` does not name (a backend
+    /// out of rotation, e.g. unhealthy, keeps its counters while it is listed).
+    pub fn prune(&self, listed: &std::collections::HashSet<&str>) {
         let mut map = self
             .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.retain(|_, s| Arc::strong_count(s) > 1);
+        map.retain(|a, s| Arc::strong_count(s) > 1 || listed.contains(a.as_str()));
     }
 
     /// `(authority, in flight, requests, failures)` of every known endpoint.

@@ -290,11 +290,20 @@ fn in_flight_counts_survive_set_updates() {
     drop(guard);
     assert_eq!(b.endpoints()[0].stats.inflight.load(Ordering::Relaxed), 0);
     drop(a);
-    registry.prune();
+    registry.prune(&std::collections::HashSet::new());
+    let left: Vec<String> = registry.snapshot().into_iter().map(|s| s.0).collect();
     assert_eq!(
-        registry.snapshot().len(),
-        2,
+        left,
+        ["198.18.0.2:80", "198.18.0.3:80"],
         "endpoint 0 left with its last set"
+    );
+    drop(b);
+    registry.prune(&std::collections::HashSet::from(["198.18.0.3:80"]));
+    let left: Vec<String> = registry.snapshot().into_iter().map(|s| s.0).collect();
+    assert_eq!(
+        left,
+        ["198.18.0.3:80"],
+        "listed but in no set (say unhealthy): kept"
     );
 }
 

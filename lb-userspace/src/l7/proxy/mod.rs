@@ -235,7 +235,11 @@ impl Proxy {
                 },
             }
         }
-        self.shared.registry.prune();
+        let listed: std::collections::HashSet<&str> = inputs
+            .iter()
+            .flat_map(|i| i.endpoints.iter().map(|e| e.authority.as_str()))
+            .collect();
+        self.shared.registry.prune(&listed);
         errors
     }
 
@@ -296,6 +300,21 @@ impl Proxy {
             stop,
             rejected: None,
         })
+    }
+
+    /// Every running service with its address.
+    pub fn services(&self) -> impl Iterator<Item = (SocketAddr, &Arc<ServiceState>)> {
+        self.services.values().map(|r| (r.input.listen, &r.state))
+    }
+
+    /// The endpoint counters.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// Access-log lines written so far.
+    pub fn access_log_lines(&self) -> u64 {
+        self.shared.access_log.as_ref().map_or(0, |l| l.lines())
     }
 
     /// The live state of a service.
