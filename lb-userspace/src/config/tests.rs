@@ -358,3 +358,92 @@ fn etcd_settings_are_checked() {
         assert!(e.contains("node.etcd: ") && e.contains(why), "{bad}: {e}");
     }
 }
+
+const L7: &str = r#"
+[node]
+interface = "eth0"
+
+[node.l7]
+retries = 1
+idle_timeout = "5s"
+
+[node.access_log]
+format = "json"
+
+[[service]]
+name = "site"
+vip = "198.18.0.100"
+port = 80
+mode = "l7"
+backends = [{ address = "198.18.0.11" }]
+routes = '''
+  hi: Path("/hi") -> inlineContent("hi") -> <shunt>;
+  all: * -> <roundRobin>;
+'''
+"#;
+
+#[test]
+fn l7_services_routes_and_proxy_settings() {
+    let cfg = parse(L7, "lbd.toml").expect("valid");
+    assert_eq!(cfg.node.l7.retries, 1);
+    assert_eq!(
+        cfg.node.access_log.format,
+        crate::l7::accesslog::Format::Json
+    );
+    assert!(
+        cfg.services[0]
+            .routes
+            .as_deref()
+            .is_some_and(|r| r.contains("hi:"))
+    );
+    let e = err(&L7.replace("<shunt>;\n  all", "<shunt>\n  all"));
+    assert!(
+        e.contains("service[0] (site).routes: line 2, column 3: expected `;` after the backend, found `all`"),
+        "{e}"
+    );
+    let e = err(&L7.replace("inlineContent(\"hi\")", "inlineContnt(\"hi\")"));
+    assert!(
+        e.contains("route hi: inlineContnt: unknown filter `inlineContnt`"),
+        "{e}"
+    );
+    let e = err(&L7.replace("mode = \"l7\"", "mode = \"nat\""));
+    assert!(e.contains("only l7 services have routes"), "{e}");
+    let e = err(&L7.replace("port = 80", "port = \"all\""));
+    assert!(e.contains("an l7 service listens on one TCP port"), "{e}");
+    let e = err(&L7.replace("idle_timeout = \"5s\"", "idle_timeout = \"soon\""));
+    assert!(e.contains("node.l7.idle_timeout"), "{e}");
+    let e = err(&L7.replace("routes = '''", "routes_file = \"x.eskip\"\nroutes = '''"));
+    assert!(e.contains("use either routes or routes_file"), "{e}");
+}
+
+#[test]
+fn route_files_resolve_next_to_the_config_and_are_checked() {
+    let dir = std::env::temp_dir().join(format!("lbd-routes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let text = L7.replace(
+        &L7[L7.find("routes = '''").expect("routes")..],
+        "routes_file = \"site.eskip\"\n",
+    );
+    std::fs::write(dir.join("lbd.toml"), &text).expect("config");
+    std::fs::write(dir.join("site.eskip"), "all: * -> <roundRobin>;\n").expect("routes");
+    let cfg = load(&dir.join("lbd.toml")).expect("valid");
+    let resolved = dir.join("site.eskip").display().to_string();
+    assert_eq!(
+        cfg.services[0].routes_file.as_deref(),
+        Some(resolved.as_str())
+    );
+    std::fs::write(dir.join("site.eskip"), "all: * -> <roundRobin>\n").expect("routes");
+    let e = load(&dir.join("lbd.toml"))
+        .expect_err("broken routes")
+        .to_string();
+    assert!(
+        e.contains("routes_file") && e.contains("site.eskip: line 2, column 1: expected `;`"),
+        "{e}"
+    );
+    std::fs::remove_file(dir.join("site.eskip")).expect("remove");
+    let e = load(&dir.join("lbd.toml"))
+        .expect_err("missing routes")
+        .to_string();
+    assert!(e.contains("site.eskip: No such file"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

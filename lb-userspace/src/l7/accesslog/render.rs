@@ -85,6 +85,7 @@ impl Renderer {
     }
 
     fn text(&mut self, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
+        out.reserve(256);
         client(e, out, bare);
         out.extend_from_slice(b" - ");
         bare_or_dash(out, e.user);
@@ -197,8 +198,7 @@ fn client(e: &Entry<'_>, out: &mut Vec<u8>, write: impl Fn(&mut Vec<u8>, &[u8]))
     if let Some(xff) = e.forwarded_for {
         for part in xff.split(|&b| b == b',') {
             let part = part.trim_ascii();
-            let ok = std::str::from_utf8(part).is_ok_and(|s| s.parse::<IpAddr>().is_ok());
-            if ok {
+            if is_ip(part) {
                 if any {
                     out.extend_from_slice(b", ");
                 }
@@ -208,12 +208,47 @@ fn client(e: &Entry<'_>, out: &mut Vec<u8>, write: impl Fn(&mut Vec<u8>, &[u8]))
         }
     }
     if !any {
-        let mut buf = [0u8; 46];
-        let mut w = &mut buf[..];
-        let _ = write!(w, "{}", e.peer);
-        let n = 46 - w.len();
-        out.extend_from_slice(&buf[..n]);
+        write_ip(out, e.peer);
     }
+}
+
+/// An address as text: IPv4 by hand (the common case, and `fmt` costs more than the
+/// rest of the line), IPv6 through `Display`.
+fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                number(out, u64::from(*o));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let mut buf = [0u8; 46];
+            let mut w = &mut buf[..];
+            let _ = write!(w, "{v6}");
+            let n = 46 - w.len();
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Whether `s` is an IP address (X-Forwarded-For entries are checked; the common
+/// dotted-quad is recognised without the general parser).
+fn is_ip(s: &[u8]) -> bool {
+    let mut parts = 0;
+    let mut ok = !s.is_empty();
+    for part in s.split(|&b| b == b'.') {
+        parts += 1;
+        ok &= (1..=3).contains(&part.len())
+            && part.iter().all(u8::is_ascii_digit)
+            && part.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 255;
+    }
+    if parts == 4 {
+        return ok;
+    }
+    std::str::from_utf8(s).is_ok_and(|t| t.parse::<IpAddr>().is_ok())
 }
 
 /// The request URI: path, then the query (left out, or with masked values).
@@ -279,13 +314,33 @@ fn hex_escape(out: &mut Vec<u8>, b: u8) {
 /// nginx-style escaping inside quotes: `"`, `\`, control bytes and bytes ≥ 0x7F as
 /// `\xHH`.
 fn quoted(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
-        if b == b'"' || b == b'\\' || !(0x20..0x7F).contains(&b) {
-            hex_escape(out, b);
-        } else {
-            out.push(b);
-        }
+    escape_runs(out, s, &QUOTED_ESCAPES);
+}
+
+/// Bytes escaped inside quotes, and in unquoted fields (spaces too), as lookup tables.
+const QUOTED_ESCAPES: [bool; 256] = escapes(0x20);
+const BARE_ESCAPES: [bool; 256] = escapes(0x21);
+
+const fn escapes(first_plain: u8) -> [bool; 256] {
+    let mut t = [true; 256];
+    let mut b = first_plain as usize;
+    while b < 0x7F {
+        t[b] = b == b'"' as usize || b == b'\\' as usize;
+        b += 1;
     }
+    t
+}
+
+/// Copies `s`, escaping the bytes `escape` picks as `\xHH`; clean runs are copied
+/// whole (most fields have nothing to escape).
+#[inline]
+fn escape_runs(out: &mut Vec<u8>, mut s: &[u8], escape: &[bool; 256]) {
+    while let Some(i) = s.iter().position(|&b| escape[usize::from(b)]) {
+        out.extend_from_slice(&s[..i]);
+        hex_escape(out, s[i]);
+        s = &s[i + 1..];
+    }
+    out.extend_from_slice(s);
 }
 
 fn quoted_or_dash(out: &mut Vec<u8>, s: &[u8]) {
@@ -298,13 +353,7 @@ fn quoted_or_dash(out: &mut Vec<u8>, s: &[u8]) {
 
 /// Unquoted fields: as [`quoted`], and spaces too, so fields stay separable.
 fn bare(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
-        if b == b'"' || b == b'\\' || !(0x21..0x7F).contains(&b) {
-            hex_escape(out, b);
-        } else {
-            out.push(b);
-        }
-    }
+    escape_runs(out, s, &BARE_ESCAPES);
 }
 
 fn bare_or_dash(out: &mut Vec<u8>, s: &[u8]) {
