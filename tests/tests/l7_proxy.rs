@@ -499,3 +499,85 @@ fn access_log_lines_and_graceful_shutdown_drains_requests() {
         .expect("duration field");
     assert!(ms >= 700, "duration {ms} ms");
 }
+
+#[test]
+fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
+    namespace().run(|| {
+        let rt = runtime();
+        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
+        let ms = lb_userspace::config::DurationText::Millis;
+        let config = L7Config {
+            request_timeout: ms(300),
+            header_timeout: ms(300),
+            max_connections: 3,
+            ..L7Config::default()
+        };
+        let mut proxy = proxy_with(&config, None);
+        assert!(
+            proxy
+                .apply(&[service("svc", 80, None, vec![endpoint(b.addr, 1)])])
+                .is_empty()
+        );
+        let vip: SocketAddr = format!("{VIP}:80").parse().expect("addr");
+        rt.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let c = client(false);
+            let slow = get(&c, &url(80, "/slow/1000")).await.expect("answer");
+            assert_eq!(slow.status, 504, "a backend slower than request_timeout");
+            assert_eq!(
+                get(&c, &url(80, "/slow/10")).await.expect("answer").status,
+                200
+            );
+            drop(c);
+
+            // A client that never finishes its head is disconnected.
+            let mut s = tokio::net::TcpStream::connect(vip).await.expect("connect");
+            s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+                .await
+                .expect("write");
+            let mut buf = [0u8; 256];
+            let started = std::time::Instant::now();
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                .await
+                .expect("closed within 5 s")
+                .unwrap_or(0);
+            let got = String::from_utf8_lossy(&buf[..n]);
+            assert!(n == 0 || got.starts_with("HTTP/1.1 408"), "{got:?}");
+            assert!(started.elapsed() >= Duration::from_millis(250));
+
+            // Three connections are allowed; a fourth is closed at once.
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                held.push(tokio::net::TcpStream::connect(vip).await.expect("connect"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut extra = tokio::net::TcpStream::connect(vip).await.expect("connect");
+            let _ = extra.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+                .await
+                .expect("answered within 5 s")
+                .unwrap_or(0);
+            assert_eq!(n, 0, "over the limit: closed without an answer");
+            drop(held);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(
+                get(&client(false), &url(80, "/"))
+                    .await
+                    .expect("answer")
+                    .status,
+                200,
+                "room again"
+            );
+        });
+        let (_, refused, _, _) = proxy.connection_counts();
+        assert!(refused >= 1, "refused connections counted");
+        let stats = proxy.service("svc").expect("running").stats();
+        assert_eq!(
+            stats
+                .upstream_errors
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        proxy.shutdown();
+    });
+}

@@ -349,27 +349,30 @@ fn render_l7(o: &mut String, l7: &crate::l7::stats::L7Snapshot) {
             );
         }
     }
-    let per_service: [(&str, &str, fn(&crate::l7::stats::L7ServiceStats) -> u64); 3] = [
+    let per_service: [Column<crate::l7::stats::L7ServiceStats>; 3] = [
         (
             "lbd_l7_no_route_total",
+            "counter",
             "Requests no route matched (answered 404).",
-            |s| s.no_route,
+            |s| s.no_route as f64,
         ),
         (
             "lbd_l7_retries_total",
+            "counter",
             "Extra attempts on the next endpoint after a failed connect.",
-            |s| s.retries,
+            |s| s.retries as f64,
         ),
         (
             "lbd_l7_upstream_errors_total",
+            "counter",
             "Requests answered 502, 503 or 504 by the proxy.",
-            |s| s.upstream_errors,
+            |s| s.upstream_errors as f64,
         ),
     ];
-    for (name, help, value) in per_service {
-        family(o, name, "counter", help);
+    for (name, kind, help, value) in per_service {
+        family(o, name, kind, help);
         for svc in &l7.services {
-            sample(o, name, &[("service", &svc.name)], value(svc) as f64);
+            sample(o, name, &[("service", &svc.name)], value(svc));
         }
     }
     family(
