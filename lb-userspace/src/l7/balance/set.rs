@@ -111,6 +111,9 @@ impl Registry {
 pub struct Endpoint {
     /// `host:port`, as requests are sent to it.
     pub authority: Arc<str>,
+    /// The same, parsed once for request URIs (cloning it shares the bytes); `None`
+    /// if it does not parse as a URI authority.
+    pub uri_authority: Option<http::uri::Authority>,
     /// Weight (> 0; health and the service's fade-in already applied by the agent).
     pub weight: u32,
     /// Start of its `fadeIn` ramp.
@@ -199,6 +202,10 @@ impl EndpointSet {
                     s.authority.as_bytes(),
                 )),
                 authority: Arc::from(s.authority.as_str()),
+                uri_authority: http::uri::Authority::from_maybe_shared(
+                    bytes::Bytes::copy_from_slice(s.authority.as_bytes()),
+                )
+                .ok(),
                 weight: s.weight,
                 created,
                 stats,

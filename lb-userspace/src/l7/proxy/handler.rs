@@ -19,6 +19,7 @@ use super::{
     listen::Activity,
 };
 use crate::l7::{
+    accesslog::StatusSet,
     balance::{Algorithm, InFlight, Pick, rng},
     routes::{
         Backend, Exchange, KeySource, Pool, RouteTable, Served, filter, predicate::RequestView,
@@ -78,18 +79,32 @@ impl ServiceState {
         let Some(route) = table.find(&view) else {
             self.stats.no_route.fetch_add(1, Ordering::Relaxed);
             let status = StatusCode::NOT_FOUND;
-            finish.log = self.log_record(&parts, peer, time, status, None);
+            if self.shared.log_default {
+                finish.log = self.log_record(&parts, peer, time, status, None);
+            }
             return into_body(
                 plain(status, Bytes::from_static(b"Route not found\n"), None),
                 finish,
             );
         };
-        let mut ex = Exchange {
-            path: parts.uri.path().to_owned(),
-            query: parts.uri.query().unwrap_or("").to_owned(),
-            ..Exchange::default()
-        };
+        let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
         filter::on_request(&route.filters, &mut ex, "http", host);
+        // What the log line needs is taken now (shared bytes, no copies): the request
+        // head goes to the backend by move.
+        let may_log = route
+            .access_log
+            .map_or(self.shared.log_default, |s| s != StatusSet::NONE);
+        let mut record = if may_log {
+            self.log_record(
+                &parts,
+                peer,
+                time,
+                StatusCode::OK,
+                Some(Arc::clone(&route.mask_query)),
+            )
+        } else {
+            None
+        };
         let (mut response, inflight) = match (ex.served.take(), &route.backend) {
             (Some(Served::Inline { body, content_type }), _) => {
                 (plain(StatusCode::OK, body, Some(content_type)), None)
@@ -103,7 +118,7 @@ impl ServiceState {
             }
             (None, Backend::Shunt) => (plain(StatusCode::NOT_FOUND, Bytes::new(), None), None),
             (None, Backend::Pool(pool)) => {
-                match self.forward(pool, &parts, body, &ex, peer, time).await {
+                match self.forward(pool, parts, body, &ex, peer, time).await {
                     Ok((r, inflight)) => (r.map(Out::Upstream), Some(inflight)),
                     Err(f) => (self.failure(f), None),
                 }
@@ -117,14 +132,9 @@ impl ServiceState {
         let logs = route
             .access_log
             .map_or(self.shared.log_default, |s| s.contains(status.as_u16()));
-        if logs {
-            finish.log = self.log_record(
-                &parts,
-                peer,
-                time,
-                status,
-                Some(Arc::clone(&route.mask_query)),
-            );
+        if logs && let Some(r) = &mut record {
+            r.status = status.as_u16();
+            finish.log = record;
         }
         finish.inflight = inflight;
         into_body(response, finish)
@@ -135,41 +145,47 @@ impl ServiceState {
     async fn forward(
         &self,
         pool: &Pool,
-        parts: &http::request::Parts,
+        parts: http::request::Parts,
         body: Incoming,
         ex: &Exchange,
         peer: SocketAddr,
         now: SystemTime,
     ) -> Result<(Response<Incoming>, InFlight), Failure> {
+        let http::request::Parts {
+            method,
+            uri,
+            mut headers,
+            ..
+        } = parts;
         let set = pool.set.load_full();
         let n = set.len();
         let key = match pool.balancer.algorithm() {
-            Algorithm::ConsistentHash { .. } => hash_key(pool, parts, ex, peer),
+            Algorithm::ConsistentHash { .. } => hash_key(pool, &headers, &uri, &method, ex, peer),
             _ => 0,
         };
         let first = pool
             .balancer
             .pick(&set, &Pick { now, key })
             .ok_or(Failure::NoEndpoints)?;
-        let repeatable = is_idempotent(&parts.method) && has_no_body(&parts.headers);
+        let repeatable = is_idempotent(&method) && has_no_body(&headers);
         let attempts = if repeatable {
             1 + self.shared.limits.retries.min(n - 1)
         } else {
             1
         };
         let mut client_body = if repeatable { None } else { Some(body) };
-        let mut upstream_headers = parts.headers.clone();
-        headers::strip_hop_by_hop(&mut upstream_headers);
-        headers::add_forwarded(&mut upstream_headers, peer.ip(), "http");
-        if !upstream_headers.contains_key(header::HOST)
-            && let Some(a) = parts.uri.authority()
+        headers::strip_hop_by_hop(&mut headers);
+        headers::add_forwarded(&mut headers, peer.ip(), "http");
+        if !headers.contains_key(header::HOST)
+            && let Some(a) = uri.authority()
             && let Ok(v) = HeaderValue::from_str(a.as_str())
         {
-            upstream_headers.insert(header::HOST, v);
+            headers.insert(header::HOST, v);
         }
         for (k, v) in &ex.request_headers {
-            upstream_headers.insert(k.clone(), v.clone());
+            headers.insert(k.clone(), v.clone());
         }
+        let path_and_query = upstream_path(&uri, ex).ok_or(Failure::Upstream)?;
         let mut last = Failure::Unreachable;
         for attempt in 0..attempts {
             let i = if first + attempt >= n {
@@ -178,13 +194,23 @@ impl ServiceState {
                 first + attempt
             };
             let endpoint = &set.endpoints()[i];
-            let Ok(uri) = upstream_uri(&endpoint.authority, ex) else {
+            let mut target = http::uri::Parts::default();
+            target.scheme = Some(http::uri::Scheme::HTTP);
+            target.authority.clone_from(&endpoint.uri_authority);
+            target.path_and_query = Some(path_and_query.clone());
+            let Ok(target) = Uri::from_parts(target) else {
                 return Err(Failure::Upstream);
             };
             let mut req = Request::new(client_body.take().map_or(UpBody::Empty, UpBody::Client));
-            *req.method_mut() = parts.method.clone();
-            *req.uri_mut() = uri;
-            *req.headers_mut() = upstream_headers.clone();
+            *req.method_mut() = method.clone();
+            *req.uri_mut() = target;
+            // The last attempt takes the headers; earlier ones send a copy, since a
+            // failed send does not give the request back.
+            *req.headers_mut() = if attempt + 1 < attempts {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
             let inflight = endpoint.stats.start();
             if attempt > 0 {
                 self.stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -307,25 +333,36 @@ fn has_no_body(h: &http::HeaderMap) -> bool {
             .is_none_or(|v| v.as_bytes() == b"0")
 }
 
-fn upstream_uri(authority: &str, ex: &Exchange) -> Result<Uri, http::Error> {
+/// The path and query for the backend: the request's own (shared, not copied) unless
+/// a filter rewrote them.
+fn upstream_path(uri: &Uri, ex: &Exchange) -> Option<http::uri::PathAndQuery> {
+    if !ex.rewritten {
+        return Some(
+            uri.path_and_query()
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+        );
+    }
     let mut pq = String::with_capacity(ex.path.len() + ex.query.len() + 1);
     pq.push_str(if ex.path.is_empty() { "/" } else { &ex.path });
     if !ex.query.is_empty() {
         pq.push('?');
         pq.push_str(&ex.query);
     }
-    Uri::builder()
-        .scheme("http")
-        .authority(authority)
-        .path_and_query(pq)
-        .build()
+    http::uri::PathAndQuery::from_maybe_shared(Bytes::from(pq)).ok()
 }
 
 /// The consistent-hash key: the route's template, else the client address (first
 /// X-Forwarded-For entry, else the peer).
-fn hash_key(pool: &Pool, parts: &http::request::Parts, ex: &Exchange, peer: SocketAddr) -> u64 {
-    let xff_first = parts
-        .headers
+fn hash_key(
+    pool: &Pool,
+    headers: &http::HeaderMap,
+    uri: &Uri,
+    method: &Method,
+    ex: &Exchange,
+    peer: SocketAddr,
+) -> u64 {
+    let xff_first = headers
         .get("x-forwarded-for")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(',').next())
@@ -344,11 +381,11 @@ fn hash_key(pool: &Pool, parts: &http::request::Parts, ex: &Exchange, peer: Sock
     };
     let from_template = pool.key.as_ref().and_then(|k| {
         k.hash(&KeySource {
-            headers: &parts.headers,
-            query: &ex.query,
-            path: &ex.path,
-            host: host_of(&parts.headers, &parts.uri),
-            method: parts.method.as_str(),
+            headers,
+            query: ex.query(uri),
+            path: ex.path(uri),
+            host: host_of(headers, uri),
+            method: method.as_str(),
             source,
         })
     });

@@ -54,7 +54,8 @@ pub fn add_forwarded(headers: &mut HeaderMap, client: std::net::IpAddr, proto: &
     }
     use std::fmt::Write as _;
     let _ = write!(value, "{client}");
-    if let Ok(v) = HeaderValue::from_str(&value) {
+    // The string's buffer becomes the header's bytes: no second copy.
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
         headers.insert(xff, v);
     }
     let proto_name = HeaderName::from_static("x-forwarded-proto");

@@ -98,6 +98,42 @@ pub struct Exchange {
     pub served: Option<Served>,
     /// How many filters ran their request part (the response parts of those run).
     pub ran: usize,
+    /// A filter changed the path or query: the backend gets `path`/`query` instead of
+    /// the request's own (which is forwarded as is, without copying, otherwise).
+    pub rewritten: bool,
+}
+
+impl Exchange {
+    /// The request's path and query as filters left them: an exchange starts with
+    /// copies only when the route has filters.
+    pub fn for_request(uri: &http::Uri, has_filters: bool) -> Self {
+        if !has_filters {
+            return Self::default();
+        }
+        Self {
+            path: uri.path().to_owned(),
+            query: uri.query().unwrap_or("").to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// The path the backend sees.
+    pub fn path<'a>(&'a self, uri: &'a http::Uri) -> &'a str {
+        if self.rewritten {
+            &self.path
+        } else {
+            uri.path()
+        }
+    }
+
+    /// The query the backend sees (without `?`).
+    pub fn query<'a>(&'a self, uri: &'a http::Uri) -> &'a str {
+        if self.rewritten {
+            &self.query
+        } else {
+            uri.query().unwrap_or("")
+        }
+    }
 }
 
 /// An answer a filter gave.
@@ -133,10 +169,14 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, scheme: &str, host: &st
                 });
                 return;
             }
-            Filter::SetQuery(k, v) => ex.query = query::set(&ex.query, k, v),
+            Filter::SetQuery(k, v) => {
+                ex.query = query::set(&ex.query, k, v);
+                ex.rewritten = true;
+            }
             Filter::ModPath(re, with) => {
                 if let std::borrow::Cow::Owned(p) = re.replace_all(&ex.path, with.as_str()) {
                     ex.path = p;
+                    ex.rewritten = true;
                 }
             }
             Filter::RedirectTo(status, loc) => {
@@ -147,8 +187,14 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, scheme: &str, host: &st
                 return;
             }
             Filter::SetRequestHeader(k, v) => ex.request_headers.push((k.clone(), v.clone())),
-            Filter::SetPath(p) => p.clone_into(&mut ex.path),
-            Filter::StripQuery => ex.query.clear(),
+            Filter::SetPath(p) => {
+                p.clone_into(&mut ex.path);
+                ex.rewritten = true;
+            }
+            Filter::StripQuery => {
+                ex.rewritten |= !ex.query.is_empty();
+                ex.query.clear();
+            }
         }
     }
 }
