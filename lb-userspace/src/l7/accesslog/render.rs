@@ -237,16 +237,28 @@ fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
 /// Whether `s` is an IP address (X-Forwarded-For entries are checked; the common
 /// dotted-quad is recognised without the general parser).
 fn is_ip(s: &[u8]) -> bool {
-    let mut parts = 0;
-    let mut ok = !s.is_empty();
-    for part in s.split(|&b| b == b'.') {
-        parts += 1;
-        ok &= (1..=3).contains(&part.len())
-            && part.iter().all(u8::is_ascii_digit)
-            && part.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 255;
+    // Dotted quad in one pass: four groups of 1-3 digits, each at most 255.
+    let (mut groups, mut digits, mut value, mut v4) = (1, 0, 0u32, !s.is_empty());
+    for &b in s {
+        match b {
+            b'0'..=b'9' => {
+                digits += 1;
+                value = value * 10 + u32::from(b - b'0');
+                v4 &= digits <= 3 && value <= 255;
+            }
+            b'.' => {
+                v4 &= digits > 0;
+                groups += 1;
+                (digits, value) = (0, 0);
+            }
+            _ => {
+                v4 = false;
+                break;
+            }
+        }
     }
-    if parts == 4 {
-        return ok;
+    if v4 && groups == 4 && digits > 0 {
+        return true;
     }
     std::str::from_utf8(s).is_ok_and(|t| t.parse::<IpAddr>().is_ok())
 }
@@ -335,12 +347,48 @@ const fn escapes(first_plain: u8) -> [bool; 256] {
 /// whole (most fields have nothing to escape).
 #[inline]
 fn escape_runs(out: &mut Vec<u8>, mut s: &[u8], escape: &[bool; 256]) {
-    while let Some(i) = s.iter().position(|&b| escape[usize::from(b)]) {
+    // Below this byte everything is escaped: 0x20 inside quotes, 0x21 (space too)
+    // in bare fields.
+    let first_plain = if escape[usize::from(b' ')] {
+        0x21
+    } else {
+        0x20
+    };
+    while let Some(i) = first_escape(s, escape, first_plain) {
         out.extend_from_slice(&s[..i]);
         hex_escape(out, s[i]);
         s = &s[i + 1..];
     }
     out.extend_from_slice(s);
+}
+
+/// The index of the first byte to escape: eight bytes at a time while they are all
+/// plain (a word test for "below `first_plain`, 0x7F or above, `\"` or `\\`"), then
+/// the table.
+#[inline]
+fn first_escape(s: &[u8], escape: &[bool; 256], first_plain: u8) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |y: u64| y.wrapping_sub(ONES) & !y & HIGHS;
+    let mut at = 0;
+    for chunk in s.chunks_exact(8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        let below = x.wrapping_sub(ONES * u64::from(first_plain)) & !x & HIGHS;
+        let special = x & HIGHS
+            | zero_byte(x ^ (ONES * 0x7F))
+            | zero_byte(x ^ (ONES * u64::from(b'"')))
+            | zero_byte(x ^ (ONES * u64::from(b'\\')));
+        if below | special != 0 {
+            break;
+        }
+        at += 8;
+    }
+    s[at..]
+        .iter()
+        .position(|&b| escape[usize::from(b)])
+        .map(|i| at + i)
 }
 
 fn quoted_or_dash(out: &mut Vec<u8>, s: &[u8]) {

@@ -121,22 +121,30 @@ fn golden_text_lines() {
 fn every_line_parses_back_whatever_the_bytes() {
     let mut rng = 0x1234_5678_u64;
     for _ in 0..2000 {
-        let mut junk = [0u8; 24];
+        // Fields long enough for the eight-bytes-at-a-time scan, with bytes of every
+        // kind at every offset.
+        let mut junk = [0u8; 96];
         for b in &mut junk {
             rng = crate::l7::balance::rng::mix(rng);
-            *b = rng as u8;
+            // Mostly printable (long clean runs, with spaces, quotes and backslashes
+            // among them), sometimes any byte.
+            *b = if rng % 7 == 0 {
+                (rng >> 8) as u8
+            } else {
+                0x20 + ((rng >> 8) % 0x5F) as u8
+            };
         }
         let e = Entry {
-            user_agent: &junk[..12],
-            referer: &junk[12..],
+            user_agent: &junk[..40],
+            referer: &junk[40..],
             path: &junk[4..9],
             host: &junk[9..14],
             ..base()
         };
         let text = line(Format::Text, &e, false, &[]);
         let fields = parse_back(&text);
-        assert_eq!(fields[9], &junk[..12]);
-        assert_eq!(fields[8], &junk[12..]);
+        assert_eq!(fields[9], &junk[..40]);
+        assert_eq!(fields[8], &junk[40..]);
         let json = line(Format::Json, &e, false, &[]);
         let v: serde_json::Value =
             serde_json::from_str(&json).unwrap_or_else(|err| panic!("{err}: {json}"));
@@ -146,7 +154,7 @@ fn every_line_parses_back_whatever_the_bytes() {
             .chars()
             .map(|c| c as u32 as u8)
             .collect();
-        assert_eq!(ua, &junk[..12]);
+        assert_eq!(ua, &junk[..40]);
     }
 }
 
