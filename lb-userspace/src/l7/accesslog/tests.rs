@@ -128,7 +128,7 @@ fn every_line_parses_back_whatever_the_bytes() {
             rng = crate::l7::balance::rng::mix(rng);
             // Mostly printable (long clean runs, with spaces, quotes and backslashes
             // among them), sometimes any byte.
-            *b = if rng % 7 == 0 {
+            *b = if rng.is_multiple_of(7) {
                 (rng >> 8) as u8
             } else {
                 0x20 + ((rng >> 8) % 0x5F) as u8
