@@ -79,6 +79,7 @@ fn http_vip_routes_balances_follows_health_and_reloads_routes() {
     let routes = dir.path().join("web.eskip");
     let log = dir.path().join("access.log");
     std::fs::write(&routes, "hello: Path(\"/hello\") -> inlineContent(\"hi from v1\") -> <shunt>;\nall: * -> <roundRobin>;\n").expect("routes");
+    let routes_path = routes.display().to_string();
     let lbd = LbdProcess::start(
         &topo.lb,
         &config(&routes.display().to_string(), &log.display().to_string()),
@@ -137,6 +138,21 @@ fn http_vip_routes_balances_follows_health_and_reloads_routes() {
     assert_eq!(
         spread(&topo, "/hello", 2),
         BTreeMap::from([("hi from v2".to_owned(), 2)])
+    );
+    // lbctl status names the refused route file (a routes source, like the config's).
+    let status = lbd.lbctl_json(&["status"]);
+    let routes_source = status["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .find(|s| s["kind"] == "routes")
+        .unwrap_or_else(|| panic!("no routes source in {status}"))
+        .clone();
+    assert_eq!(routes_source["location"], routes_path.as_str());
+    let state = routes_source["state"].as_str().expect("state");
+    assert!(
+        state.starts_with("rejected, previous routes serve: line 1, column 45"),
+        "{state}"
     );
 
     // The proxy's counters on /metrics: every answer so far was a 2xx, backend 1 got

@@ -93,7 +93,23 @@ pub fn status(
         .to_owned(),
         pin_path: node.pin_path.clone(),
         services: agent.config().services.len(),
-        sources: agent.sources(&meta.config_path, meta.config_error.as_deref()),
+        sources: {
+            let mut sources = agent.sources(&meta.config_path, meta.config_error.as_deref());
+            // Route files and inline routes of l7 services are sources too.
+            for (origin, error) in meta.l7.iter().flat_map(|l| &l.routes) {
+                sources.push(super::SourceStatus {
+                    kind: "routes".into(),
+                    location: origin.clone(),
+                    state: error.as_ref().map_or_else(
+                        || "ok".to_owned(),
+                        |e| format!("rejected, previous routes serve: {e}"),
+                    ),
+                    revision: None,
+                    rejected: Vec::new(),
+                });
+            }
+            sources
+        },
         reconciles: agent.reconciles().count,
         last_reconcile: agent.last_reconcile().cloned(),
         fade_in_rebuilds: agent.fade_rebuilds(),

@@ -74,7 +74,7 @@ pub struct Status {
 /// One source of services or endpoints.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SourceStatus {
-    /// `config`, `endpointslices` or `etcd`.
+    /// `config`, `endpointslices`, `etcd` or `routes` (an l7 service's routes).
     pub kind: String,
     /// The file or directory.
     pub location: String,

@@ -24,6 +24,8 @@ pub struct L7Node {
     applied: Vec<ServiceInput>,
     /// The latest apply's problems (for status), empty when all is well.
     pub errors: Vec<String>,
+    /// Each route source's state: `None` when its latest text compiled, else why not.
+    route_states: std::collections::BTreeMap<String, Option<String>>,
 }
 
 impl L7Node {
@@ -53,12 +55,37 @@ impl L7Node {
         for e in &self.errors {
             log::error!("l7: {e}");
         }
+        // A source whose text changed is ok unless this apply refused it.
+        for input in &inputs {
+            let before = self.applied.iter().find(|a| a.name == input.name);
+            if before.is_none_or(|b| b.routes != input.routes) {
+                let refused = errors.iter().find_map(|e| match e {
+                    super::proxy::ApplyError::Routes { origin, source }
+                        if *origin == input.routes_origin =>
+                    {
+                        Some(source.to_string())
+                    }
+                    _ => None,
+                });
+                self.route_states
+                    .insert(input.routes_origin.clone(), refused);
+            }
+        }
+        self.route_states
+            .retain(|origin, _| inputs.iter().any(|i| &i.routes_origin == origin));
         self.applied = inputs;
     }
 
     /// The proxy's counters, if it runs.
     pub fn snapshot(&self) -> Option<super::stats::L7Snapshot> {
-        self.proxy.as_ref().map(Proxy::snapshot)
+        self.proxy.as_ref().map(|p| super::stats::L7Snapshot {
+            routes: self
+                .route_states
+                .iter()
+                .map(|(o, e)| (o.clone(), e.clone()))
+                .collect(),
+            ..p.snapshot()
+        })
     }
 
     /// The running proxy, if any service needed one.

@@ -53,6 +53,10 @@ pub struct L7Snapshot {
     pub idle_closed: u64,
     /// Access-log lines written.
     pub access_log_lines: u64,
+    /// Each route source (file, or a service's inline routes): `None` when its text
+    /// in force compiled, else why the latest text was refused (the previous routes
+    /// serve).
+    pub routes: Vec<(String, Option<String>)>,
 }
 
 impl Proxy {
@@ -99,6 +103,8 @@ impl Proxy {
             malformed_requests: malformed,
             idle_closed: idle,
             access_log_lines: self.access_log_lines(),
+            // The proxy does not know where texts came from; lbd's L7Node fills this.
+            routes: Vec::new(),
         }
     }
 }
