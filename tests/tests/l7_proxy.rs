@@ -64,6 +64,15 @@ fn proxy_with(config: &L7Config, log: Option<AccessLog>) -> Proxy {
     Proxy::start(limits, 2, log, true).expect("proxy starts")
 }
 
+/// A proxy with `config` serving service "svc" on port 80 over one echo backend.
+fn one_backend_proxy(rt: &tokio::runtime::Runtime, config: &L7Config) -> (Proxy, EchoBackend) {
+    let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
+    let mut proxy = proxy_with(config, None);
+    let errors = proxy.apply(&[service("svc", 80, None, vec![endpoint(b.addr, 1)])]);
+    assert!(errors.is_empty(), "{errors:?}");
+    (proxy, b)
+}
+
 fn url(port: u16, path: &str) -> String {
     format!("http://{VIP}:{port}{path}")
 }
@@ -339,18 +348,12 @@ fn service_endpoint_updates_and_route_reloads_under_load_fail_no_request() {
 fn bad_clients_get_4xx_and_idle_connections_close() {
     namespace().run(|| {
         let rt = runtime();
-        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
         let config = L7Config {
             max_headers: 20,
             idle_timeout: lb_userspace::config::DurationText::Millis(300),
             ..L7Config::default()
         };
-        let mut proxy = proxy_with(&config, None);
-        assert!(
-            proxy
-                .apply(&[service("svc", 80, None, vec![endpoint(b.addr, 1)])])
-                .is_empty()
-        );
+        let (proxy, _backend) = one_backend_proxy(&rt, &config);
         let vip: SocketAddr = format!("{VIP}:80").parse().expect("addr");
         rt.block_on(async {
             let huge = format!(
@@ -504,7 +507,6 @@ fn access_log_lines_and_graceful_shutdown_drains_requests() {
 fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
     namespace().run(|| {
         let rt = runtime();
-        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
         let ms = lb_userspace::config::DurationText::Millis;
         let config = L7Config {
             request_timeout: ms(300),
@@ -512,12 +514,7 @@ fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
             max_connections: 3,
             ..L7Config::default()
         };
-        let mut proxy = proxy_with(&config, None);
-        assert!(
-            proxy
-                .apply(&[service("svc", 80, None, vec![endpoint(b.addr, 1)])])
-                .is_empty()
-        );
+        let (proxy, _backend) = one_backend_proxy(&rt, &config);
         let vip: SocketAddr = format!("{VIP}:80").parse().expect("addr");
         rt.block_on(async {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};

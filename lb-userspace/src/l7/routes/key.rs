@@ -110,73 +110,12 @@ fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
     })
 }
 
-/// Parses `endpointCreated`'s time: Unix seconds, or RFC 3339
-/// (`2024-01-02T15:04:05Z`, `…+01:00`, fractional seconds allowed).
+/// Parses `endpointCreated`'s time as RFC 3339 (`2024-01-02T15:04:05Z`, `…+01:00`,
+/// fractional seconds allowed), with the parser EndpointSlice creation times use.
+/// (Unix seconds are numbers in eskip and never reach here.)
 pub fn parse_created(text: &str) -> Result<std::time::SystemTime, String> {
-    let bad = || format!("{text:?} is not Unix seconds or an RFC 3339 time");
-    let b = text.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return Err(bad());
-    }
-    let num = |r: std::ops::Range<usize>| {
-        text.get(r)
-            .and_then(|s| s.parse::<i64>().ok())
-            .ok_or_else(bad)
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let mut rest = &text[19..];
-    let mut nanos = 0u32;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        let f: f64 = format!("0.{}", &frac[..digits])
-            .parse()
-            .map_err(|_| bad())?;
-        nanos = (f * 1e9) as u32;
-        rest = &frac[digits..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6
-            && (rest.starts_with('+') || rest.starts_with('-'))
-            && &rest[3..4] == ":" =>
-        {
-            let sign = if rest.starts_with('-') { -1 } else { 1 };
-            let h: i64 = rest[1..3].parse().map_err(|_| bad())?;
-            let m: i64 = rest[4..6].parse().map_err(|_| bad())?;
-            sign * (h * 3600 + m * 60)
-        }
-        _ => return Err(bad()),
-    };
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return Err(bad());
-    }
-    let secs =
-        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
-    let secs = u64::try_from(secs).map_err(|_| bad())?;
-    Ok(std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    crate::sources::endpointslice::parse_rfc3339(text)
+        .ok_or_else(|| format!("{text:?} is not Unix seconds or an RFC 3339 time"))
 }
 
 #[cfg(test)]

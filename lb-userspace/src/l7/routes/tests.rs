@@ -4,7 +4,7 @@ use http::{HeaderMap, Method, StatusCode};
 
 use super::{filter::on_request, predicate::RequestView, *};
 
-fn table(text: &str) -> RouteTable {
+fn parse(text: &str) -> Result<RouteTable, RoutesError> {
     let registry = Registry::default();
     let cx = Context {
         registry: &registry,
@@ -12,18 +12,15 @@ fn table(text: &str) -> RouteTable {
         previous: None,
         now: SystemTime::now(),
     };
-    RouteTable::parse(text, &cx).unwrap_or_else(|e| panic!("{e}"))
+    RouteTable::parse(text, &cx)
+}
+
+fn table(text: &str) -> RouteTable {
+    parse(text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn error(text: &str) -> String {
-    let registry = Registry::default();
-    let cx = Context {
-        registry: &registry,
-        service_endpoints: &[],
-        previous: None,
-        now: SystemTime::now(),
-    };
-    RouteTable::parse(text, &cx).expect_err(text).to_string()
+    parse(text).expect_err(text).to_string()
 }
 
 fn route_for<'t>(
