@@ -578,3 +578,46 @@ fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
         proxy.shutdown();
     });
 }
+
+#[test]
+fn lbctl_routes_explains_the_endpoint_the_proxy_then_uses() {
+    let dir = lb_testbed::lbd::TempDir::new("l7explain");
+    let file = dir.path().join("routes.eskip");
+    let file_text = file.display().to_string();
+    namespace().run(move || {
+        let rt = runtime();
+        let backends: Vec<EchoBackend> = (0..3)
+            .map(|i| rt.block_on(EchoBackend::start(backend_addr(i, 80), &format!("b{i}"))))
+            .collect();
+        let urls: Vec<String> = backends.iter().map(|b| format!("\"http://{}\"", b.addr)).collect();
+        let routes = format!(
+            "health: Path(\"/healthz\") -> inlineContent(\"ok\") -> <shunt>;\n\
+             api: PathSubtree(\"/api\") -> consistentHashKey(\"${{request.header.X-User}}\") -> <consistentHash, {}>;\n",
+            urls.join(", ")
+        );
+        std::fs::write(&file_text, &routes).expect("routes file");
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        assert!(proxy.apply(&[service("svc", 80, Some(&routes), vec![])]).is_empty());
+        let mut hits = std::collections::BTreeSet::new();
+        for user in 0..20 {
+            let header = format!("X-User: user-{user}");
+            let out = std::process::Command::new(lb_testbed::lbd::lbctl_binary())
+                .args(["routes", &file_text, "/api/items", "-H", &header, "-o", "json"])
+                .output()
+                .expect("lbctl runs");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let explained: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            assert_eq!(explained["route"], "api");
+            let predicted = explained["pick"].as_str().expect("a pick").to_owned();
+            let answer = rt
+                .block_on(send(&client(false), "GET", &url(80, "/api/items"), &[("X-User", &format!("user-{user}"))], ""))
+                .expect("answer");
+            let index: usize = answer.backend().trim_start_matches('b').parse().expect("an echo backend's name");
+            let served_by = backends[index].addr.to_string();
+            assert_eq!(predicted, served_by, "user-{user}");
+            hits.insert(served_by);
+        }
+        assert!(hits.len() >= 2, "20 users spread over the endpoints: {hits:?}");
+        proxy.shutdown();
+    });
+}

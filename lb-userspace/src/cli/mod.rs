@@ -2,7 +2,8 @@
 //!
 //! One module per verb. Commands that need lbd's view (`status`, `services`,
 //! `backends`) ask its admin socket; commands that need only the data plane (`flows`,
-//! `stats`, `explain`) read the pinned maps, so they work while lbd is down. Every
+//! `stats`, `explain`) read the pinned maps, so they work while lbd is down; `routes`
+//! and `config check` read files. Every
 //! failure is one line on stderr and a non-zero exit.
 
 mod backends;
@@ -10,6 +11,7 @@ mod config;
 mod explain;
 mod flows;
 mod output;
+mod routes;
 mod services;
 mod stats;
 mod status;
@@ -73,6 +75,9 @@ enum Command {
     Stats(stats::Args),
     /// Which backend a flow goes to, and why (works without lbd).
     Explain(explain::Args),
+    /// Check an eskip route file, or explain which route a request takes and what it
+    /// does (works without lbd).
+    Routes(routes::Args),
     /// Configuration commands.
     Config {
         #[command(subcommand)]
@@ -98,6 +103,7 @@ pub fn main() -> ExitCode {
         Command::Flows(args) => flows::run(&ctx, &args),
         Command::Stats(args) => stats::run(&ctx, &args),
         Command::Explain(args) => explain::run(&ctx, &args),
+        Command::Routes(args) => routes::run(&ctx, &args),
         Command::Config { command } => config::run(&ctx, &command),
     };
     match result {

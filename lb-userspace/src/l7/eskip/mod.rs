@@ -298,3 +298,67 @@ impl Parser {
         }
     }
 }
+
+impl std::fmt::Display for Arg {
+    /// The argument as eskip writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arg::Str(s) => write!(f, "{s:?}"),
+            Arg::Regex(r) => write!(f, "/{}/", r.replace('/', "\\/")),
+            Arg::Num(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Call {
+    /// `Name(arg, …)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}(", self.name)?;
+        for (i, a) in self.args.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{a}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl std::fmt::Display for Backend {
+    /// The backend as eskip writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Network(url) => write!(f, "{url:?}"),
+            Backend::Shunt => f.write_str("<shunt>"),
+            Backend::LoadBalanced {
+                algorithm,
+                endpoints,
+            } => {
+                f.write_str("<")?;
+                let mut parts: Vec<String> = algorithm.iter().cloned().collect();
+                parts.extend(endpoints.iter().map(|e| format!("{e:?}")));
+                write!(f, "{}>", parts.join(", "))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Route {
+    /// The route in canonical eskip form, one line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.id)?;
+        if self.predicates.is_empty() {
+            f.write_str("*")?;
+        }
+        for (i, p) in self.predicates.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" && ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        for filter in &self.filters {
+            write!(f, " -> {filter}")?;
+        }
+        write!(f, " -> {};", self.backend)
+    }
+}

@@ -119,3 +119,23 @@ fn empty_and_comment_only_documents_have_no_routes() {
     assert_eq!(parse("").expect("empty"), vec![]);
     assert_eq!(parse("// nothing\n   // here\n").expect("comments"), vec![]);
 }
+
+#[test]
+fn routes_print_back_as_eskip_that_parses_to_the_same() {
+    let text = r#"a: Path("/x") && PathRegexp(/^\/x\/[a-z]+/) && Weight(2.5) -> setQuery("k", "v \"q\"") -> <roundRobin, "http://h:1", "http://h:2">;
+b: * -> inlineContent("hi") -> <shunt>;
+c: * -> "http://h:3";"#;
+    let routes = parse(text).expect("parses");
+    let printed: Vec<String> = routes.iter().map(ToString::to_string).collect();
+    assert_eq!(printed[1], r#"b: * -> inlineContent("hi") -> <shunt>;"#);
+    let again = parse(&printed.join("\n")).expect("printed routes parse");
+    for (a, b) in routes.iter().zip(&again) {
+        assert_eq!(
+            (&a.id, &a.predicates.len(), &a.filters, &a.backend),
+            (&b.id, &b.predicates.len(), &b.filters, &b.backend)
+        );
+        for (p, q) in a.predicates.iter().zip(&b.predicates) {
+            assert_eq!((&p.name, &p.args), (&q.name, &q.args));
+        }
+    }
+}

@@ -96,6 +96,8 @@ pub struct Route {
     pub access_log: Option<StatusSet>,
     /// `maskAccessLogQuery` keys.
     pub mask_query: Arc<[String]>,
+    /// The route as written (canonical eskip), for explaining.
+    pub source: String,
     order: (u8, usize, f64, usize),
 }
 
@@ -311,6 +313,7 @@ fn compile_route(r: &eskip::Route, index: usize, cx: &Context<'_>) -> Result<Rou
         backend,
         access_log: settings.access_log,
         mask_query: settings.mask_query.into(),
+        source: r.to_string(),
         order: (class, literal, count as f64 + weight, index),
     })
 }
