@@ -88,7 +88,7 @@ impl Renderer {
         out.reserve(256);
         client(e, out, bare);
         out.extend_from_slice(b" - ");
-        bare_or_dash(out, e.user);
+        or_dash(out, e.user, bare);
         out.extend_from_slice(b" [");
         out.extend_from_slice(self.stamp(e.time));
         out.extend_from_slice(b"] \"");
@@ -103,17 +103,17 @@ impl Renderer {
         out.push(b' ');
         number(out, e.size);
         out.extend_from_slice(b" \"");
-        quoted_or_dash(out, e.referer);
+        or_dash(out, e.referer, quoted);
         out.extend_from_slice(b"\" \"");
-        quoted_or_dash(out, e.user_agent);
+        or_dash(out, e.user_agent, quoted);
         out.extend_from_slice(b"\" ");
         number(out, e.duration.as_millis() as u64);
         out.push(b' ');
-        bare_or_dash(out, e.host);
+        or_dash(out, e.host, bare);
         out.push(b' ');
-        bare_or_dash(out, e.flow_id);
+        or_dash(out, e.flow_id, bare);
         out.push(b' ');
-        bare_or_dash(out, e.audit);
+        or_dash(out, e.audit, bare);
         out.push(b'\n');
     }
 
@@ -391,24 +391,17 @@ fn first_escape(s: &[u8], escape: &[bool; 256], first_plain: u8) -> Option<usize
         .map(|i| at + i)
 }
 
-fn quoted_or_dash(out: &mut Vec<u8>, s: &[u8]) {
-    if s.is_empty() {
-        out.push(b'-')
-    } else {
-        quoted(out, s)
-    }
-}
-
 /// Unquoted fields: as [`quoted`], and spaces too, so fields stay separable.
 fn bare(out: &mut Vec<u8>, s: &[u8]) {
     escape_runs(out, s, &BARE_ESCAPES);
 }
 
-fn bare_or_dash(out: &mut Vec<u8>, s: &[u8]) {
+/// An empty field prints as `-`; others through `write`.
+fn or_dash(out: &mut Vec<u8>, s: &[u8], write: fn(&mut Vec<u8>, &[u8])) {
     if s.is_empty() {
-        out.push(b'-')
+        out.push(b'-');
     } else {
-        bare(out, s)
+        write(out, s);
     }
 }
 
