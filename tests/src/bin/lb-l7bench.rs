@@ -45,6 +45,8 @@ struct Options {
     connections: usize,
     seconds: u64,
     rounds: usize,
+    /// Paired on/off runs for the access log's cost.
+    pairs: usize,
 }
 
 fn options() -> Result<Options, String> {
@@ -53,6 +55,7 @@ fn options() -> Result<Options, String> {
         connections: 64,
         seconds: 5,
         rounds: 3,
+        pairs: 10,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -66,9 +69,10 @@ fn options() -> Result<Options, String> {
             "--connections" => o.connections = value("--connections")?,
             "--seconds" => o.seconds = value("--seconds")? as u64,
             "--rounds" => o.rounds = value("--rounds")?,
+            "--pairs" => o.pairs = value("--pairs")?,
             other => {
                 return Err(format!(
-                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N)"
+                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N --pairs N)"
                 ));
             }
         }
@@ -384,6 +388,28 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         "each round, requests/s (ours / ours + log / nginx / HAProxy): {}",
         per_round.join("  ")
     );
+
+    // The access log's cost, in pairs of short runs back to back (order alternating),
+    // so drift between runs cancels; the median of the per-pair ratios.
+    let mut ratios = Vec::with_capacity(opts.pairs);
+    for k in 0..opts.pairs {
+        let (first, second) = if k % 2 == 0 { (80, 86) } else { (86, 80) };
+        let a = wrk(opts, &format!("http://{FRONT}:{first}/"), 2)?.rps;
+        let b = wrk(opts, &format!("http://{FRONT}:{second}/"), 2)?.rps;
+        let (off, on) = if first == 80 { (a, b) } else { (b, a) };
+        ratios.push(on / off);
+    }
+    if !ratios.is_empty() {
+        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "access log on ÷ off, {} pairs of 2 s runs: median {:.3} (range {lo:.3}-{hi:.3}), i.e. {:+.1}% requests/s",
+            ratios.len(),
+            median(ratios.clone()),
+            (median(ratios) - 1.0) * 100.0
+        );
+    }
 
     // Allocations per request, by route.
     let _ = writeln!(

@@ -266,22 +266,26 @@ impl ServiceState {
         mask: Option<Arc<[String]>>,
     ) -> Option<Box<LogRecord>> {
         let log = self.shared.access_log.as_ref()?;
-        let h = |name: &str| parts.headers.get(name).cloned();
+        // Typed names: a lookup by `&str` would parse the name on every request.
+        static FLOW_ID: http::HeaderName = http::HeaderName::from_static("x-flow-id");
+        static AUDIT: http::HeaderName = http::HeaderName::from_static("x-unverified-audit");
+        static FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+        let h = |name: &http::HeaderName| parts.headers.get(name).cloned();
         Some(Box::new(LogRecord {
             log: Arc::clone(log),
             mask: mask.unwrap_or_else(|| Arc::from(Vec::new())),
             peer: peer.ip(),
-            forwarded_for: h("x-forwarded-for"),
+            forwarded_for: h(&FORWARDED_FOR),
             time,
             method: parts.method.clone(),
             uri: parts.uri.clone(),
             version: parts.version,
             status: status.as_u16(),
-            referer: h("referer"),
-            user_agent: h("user-agent"),
-            host: h("host"),
-            flow_id: h("x-flow-id"),
-            audit: h("x-unverified-audit"),
+            referer: h(&header::REFERER),
+            user_agent: h(&header::USER_AGENT),
+            host: h(&header::HOST),
+            flow_id: h(&FLOW_ID),
+            audit: h(&AUDIT),
         }))
     }
 }

@@ -170,18 +170,20 @@ impl Proxy {
             .collect();
         let access_log = access_log.map(Arc::new);
         if let Some(log) = &access_log {
-            // Buffered lines go out every 100 ms.
+            // Buffered lines go out every 100 ms, from a thread of their own: a write
+            // of 100 ms of lines must not stall a worker's requests.
             let log = Arc::downgrade(log);
-            pool.handles()[0].spawn(async move {
-                let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
-                loop {
-                    tick.tick().await;
-                    let Some(log) = log.upgrade() else { return };
-                    if let Err(e) = log.flush() {
-                        log::error!("writing the access log: {e}");
+            std::thread::Builder::new()
+                .name("lbd-l7-log".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        let Some(log) = log.upgrade() else { return };
+                        if let Err(e) = log.flush() {
+                            log::error!("writing the access log: {e}");
+                        }
                     }
-                }
-            });
+                })?;
         }
         let shared = Arc::new(Shared {
             limits,
