@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{Context, Outcome};
 use crate::l7::{
-    balance::{Algorithm, Pick, Registry, rng},
+    balance::{Algorithm, Pick, Registry},
     routes::{
         Backend, Context as RouteContext, Exchange, KeySource, RouteTable, Served, filter,
         predicate::RequestView,
@@ -181,20 +181,14 @@ fn explain(
                 out.endpoints
                     .push("(the service's own backends, from lbd)".into());
             } else if set.len() == 1 || matches!(algorithm, Algorithm::ConsistentHash { .. }) {
-                let key = pool
-                    .key
-                    .as_ref()
-                    .and_then(|k| {
-                        k.hash(&KeySource {
-                            headers: &headers,
-                            query: ex.query(&uri),
-                            path: ex.path(&uri),
-                            host: &args.host,
-                            method: method.as_str(),
-                            source: &args.client,
-                        })
-                    })
-                    .unwrap_or_else(|| rng::fnv(rng::FNV_START, args.client.as_bytes()));
+                let key = pool.key_hash(&KeySource {
+                    headers: &headers,
+                    query: ex.query(&uri),
+                    path: ex.path(&uri),
+                    host: &args.host,
+                    method: method.as_str(),
+                    source: &args.client,
+                });
                 out.pick = pool
                     .balancer
                     .pick(&set, &Pick { now, key })

@@ -22,8 +22,6 @@ pub struct L7Node {
     proxy: Option<Proxy>,
     files: HashMap<String, (FileStamp, Option<Arc<str>>)>,
     applied: Vec<ServiceInput>,
-    /// The latest apply's problems (for status), empty when all is well.
-    pub errors: Vec<String>,
     /// Each route source's state: `None` when its latest text compiled, else why not.
     route_states: std::collections::BTreeMap<String, Option<String>>,
 }
@@ -44,15 +42,13 @@ impl L7Node {
                 Ok(p) => self.proxy = Some(p),
                 Err(e) => {
                     log::error!("starting the l7 proxy: {e}");
-                    self.errors = vec![e];
                     return;
                 }
             }
         }
         let Some(proxy) = &mut self.proxy else { return };
         let errors = proxy.apply(&inputs);
-        self.errors = errors.iter().map(ToString::to_string).collect();
-        for e in &self.errors {
+        for e in &errors {
             log::error!("l7: {e}");
         }
         // A source whose text changed is ok unless this apply refused it.

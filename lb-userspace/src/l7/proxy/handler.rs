@@ -20,7 +20,7 @@ use super::{
 };
 use crate::l7::{
     accesslog::StatusSet,
-    balance::{Algorithm, InFlight, Pick, rng},
+    balance::{Algorithm, InFlight, Pick},
     routes::{
         Backend, Exchange, KeySource, Pool, RouteTable, Served, filter, predicate::RequestView,
     },
@@ -383,15 +383,12 @@ fn hash_key(
             std::str::from_utf8(&peer_text[..n]).unwrap_or("")
         }
     };
-    let from_template = pool.key.as_ref().and_then(|k| {
-        k.hash(&KeySource {
-            headers,
-            query: ex.query(uri),
-            path: ex.path(uri),
-            host: host_of(headers, uri),
-            method: method.as_str(),
-            source,
-        })
-    });
-    from_template.unwrap_or_else(|| rng::fnv(rng::FNV_START, source.as_bytes()))
+    pool.key_hash(&KeySource {
+        headers,
+        query: ex.query(uri),
+        path: ex.path(uri),
+        host: host_of(headers, uri),
+        method: method.as_str(),
+        source,
+    })
 }

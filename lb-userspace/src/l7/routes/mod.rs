@@ -211,6 +211,18 @@ impl RouteTable {
 }
 
 impl Pool {
+    /// The consistent-hash key of a request: the route's `consistentHashKey`, or the
+    /// client address (`src.source`) when there is no template or it comes out empty.
+    /// The proxy and `lbctl routes` both use this, so a prediction is the real pick.
+    pub fn key_hash(&self, src: &KeySource<'_>) -> u64 {
+        self.key
+            .as_ref()
+            .and_then(|k| k.hash(src))
+            .unwrap_or_else(|| {
+                super::balance::rng::fnv(super::balance::rng::FNV_START, src.source.as_bytes())
+            })
+    }
+
     fn build(&self, specs: &[EndpointSpec], registry: &Registry, now: SystemTime) -> EndpointSet {
         if self.created.is_empty() {
             return EndpointSet::build(specs, self.fade, registry, now);
