@@ -20,8 +20,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Install what this machine lacks: apt packages, nightly rust-src, bpf-linker.
-    Setup,
+    /// Check every capability the project needs of this machine (protoc with the
+    /// well-known types, bpf-linker linking a BPF object, nightly rust-src, etcd,
+    /// ip netns, ethtool, openssl, …), install the providers of the missing ones and
+    /// check again.
+    Setup {
+        /// Only check and print each capability (ok / missing and what provides it);
+        /// install nothing; exit non-zero if one is missing.
+        #[arg(long)]
+        check: bool,
+    },
     /// Build the BPF object (release, bpfel) and print its path.
     BuildEbpf,
     /// Everything: fmt check, clippy (host and BPF target), unit, fixture and netns tests.
@@ -58,7 +66,8 @@ fn main() -> Result<()> {
     let root = workspace_root();
     std::env::set_current_dir(&root).context("entering the workspace root")?;
     match cli.command {
-        Command::Setup => setup::run(),
+        Command::Setup { check: true } => setup::check(),
+        Command::Setup { check: false } => setup::run(),
         Command::BuildEbpf => build_ebpf(),
         Command::Test { args } => test(&args),
         Command::Demo { args } => demo(&args),
