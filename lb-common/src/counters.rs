@@ -3,7 +3,8 @@
 use core::mem::size_of;
 
 /// Index into the global counter array. Every packet the program sees increments
-/// [`Counter::Packets`] and exactly one verdict-and-reason counter.
+/// [`Counter::Packets`] and exactly one verdict-and-reason counter; the event counters
+/// after them ([`Counter::kind`]) count decisions on the way, any number per packet.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
@@ -45,11 +46,49 @@ pub enum Counter {
     DropNoRoute,
     /// Dropped: packet truncated or header fields inconsistent.
     DropMalformed,
+    /// Dropped: a `nat` packet that is not a TCP SYN and has no NAT flow; it has no
+    /// translation, and admitting it would let spoofed ACKs claim NAT ports.
+    DropNatNoFlow,
+    /// Dropped: a new `nat` flow, but the NAT maps are full (`node.nat_entries`).
+    DropNatTableFull,
+    /// Event: a SYN (or a UDP flow's first datagram) entered the embryonic table.
+    EmbryonicCreated,
+    /// Event: a flow's second packet moved it from the embryonic to the established
+    /// table.
+    EmbryonicPromoted,
+    /// Event: a `dsr` TCP packet that is not a SYN and has no flow entry; forwarded by
+    /// the current table without creating state.
+    NonSynMiss,
+    /// Event: a flow entry whose backend id now belongs to another service or
+    /// generation; treated as no entry.
+    IdentityMismatch,
+    /// Event: a `nat` port taken over from a flow that ended with FIN.
+    NatReleasedFin,
+    /// Event: a `nat` port taken over from a flow that ended with RST.
+    NatReleasedRst,
+    /// Event: a `nat` port taken over from a flow that timed out.
+    NatReleasedTimeout,
+}
+
+/// What a [`Counter`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterKind {
+    /// Every packet.
+    Packets,
+    /// The one verdict (`pass`, `tx`, `redirect`, `drop`) of a packet and why.
+    Verdict {
+        /// `pass`, `tx`, `redirect` or `drop`.
+        verdict: &'static str,
+        /// Why, e.g. `no_route`; `forwarded` for plain `tx` and `redirect`.
+        reason: &'static str,
+    },
+    /// A decision on the way.
+    Event,
 }
 
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 18;
+    pub const COUNT: u32 = 27;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -71,6 +110,15 @@ impl Counter {
         Counter::DropNoBackend,
         Counter::DropNoRoute,
         Counter::DropMalformed,
+        Counter::DropNatNoFlow,
+        Counter::DropNatTableFull,
+        Counter::EmbryonicCreated,
+        Counter::EmbryonicPromoted,
+        Counter::NonSynMiss,
+        Counter::IdentityMismatch,
+        Counter::NatReleasedFin,
+        Counter::NatReleasedRst,
+        Counter::NatReleasedTimeout,
     ];
 
     /// Stable snake_case name, used in metric labels and CLI output.
@@ -94,7 +142,52 @@ impl Counter {
             Counter::DropNoBackend => "drop_no_backend",
             Counter::DropNoRoute => "drop_no_route",
             Counter::DropMalformed => "drop_malformed",
+            Counter::DropNatNoFlow => "drop_nat_no_flow",
+            Counter::DropNatTableFull => "drop_nat_table_full",
+            Counter::EmbryonicCreated => "embryonic_created",
+            Counter::EmbryonicPromoted => "embryonic_promoted",
+            Counter::NonSynMiss => "non_syn_miss",
+            Counter::IdentityMismatch => "identity_mismatch",
+            Counter::NatReleasedFin => "nat_released_fin",
+            Counter::NatReleasedRst => "nat_released_rst",
+            Counter::NatReleasedTimeout => "nat_released_timeout",
         }
+    }
+
+    /// Whether this counts packets, verdicts or events, and for verdicts the
+    /// verdict and reason as metric labels.
+    pub const fn kind(self) -> CounterKind {
+        let (verdict, reason) = match self {
+            Counter::Packets => return CounterKind::Packets,
+            Counter::EmbryonicCreated
+            | Counter::EmbryonicPromoted
+            | Counter::NonSynMiss
+            | Counter::IdentityMismatch
+            | Counter::NatReleasedFin
+            | Counter::NatReleasedRst
+            | Counter::NatReleasedTimeout => return CounterKind::Event,
+            Counter::PassNotIp => ("pass", "not_ip"),
+            Counter::PassNotVip => ("pass", "not_vip"),
+            Counter::PassIpv4Options => ("pass", "ipv4_options"),
+            Counter::PassFragment => ("pass", "fragment"),
+            Counter::PassL7 => ("pass", "l7"),
+            Counter::PassNoNeighbour => ("pass", "no_neighbour"),
+            Counter::PassNatUnknown => ("pass", "nat_unknown"),
+            Counter::Tx => ("tx", "forwarded"),
+            Counter::Redirect => ("redirect", "forwarded"),
+            // Sent with XDP_TX or a redirect; the reason says what was sent.
+            Counter::TxIcmpEchoReply => ("tx", "icmp_echo_reply"),
+            Counter::TxIcmpError => ("tx", "icmp_error"),
+            Counter::TxNatReply => ("tx", "nat_reply"),
+            Counter::DropNatPortsExhausted => ("drop", "nat_ports_exhausted"),
+            Counter::DropNatUnavailable => ("drop", "nat_unavailable"),
+            Counter::DropNoBackend => ("drop", "no_backend"),
+            Counter::DropNoRoute => ("drop", "no_route"),
+            Counter::DropMalformed => ("drop", "malformed"),
+            Counter::DropNatNoFlow => ("drop", "nat_no_flow"),
+            Counter::DropNatTableFull => ("drop", "nat_table_full"),
+        };
+        CounterKind::Verdict { verdict, reason }
     }
 }
 
@@ -134,6 +227,28 @@ unsafe impl aya::Pod for TrafficStats {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verdict_labels_agree_with_names() {
+        for c in Counter::ALL {
+            match c.kind() {
+                CounterKind::Verdict { verdict, reason } => {
+                    let name = c.name();
+                    let expected = if reason == "forwarded" {
+                        verdict.to_owned()
+                    } else {
+                        format!("{verdict}_{reason}")
+                    };
+                    assert_eq!(name, expected, "{name}");
+                }
+                CounterKind::Packets => assert_eq!(c, Counter::Packets),
+                CounterKind::Event => assert!(c as u32 > Counter::DropMalformed as u32),
+            }
+        }
+    }
+
+    extern crate std;
+    use std::{borrow::ToOwned, format};
 
     #[test]
     fn all_is_in_index_order() {

@@ -25,16 +25,29 @@ pub mod names {
     pub const SERVICE_BACKENDS: &str = "LB_SVC_BACKENDS_V2";
     /// Maglev tables: index → [`super::TableChunk`].
     pub const TABLE_CHUNKS: &str = "LB_TABLES_V2";
-    /// Connection tracking: [`super::FlowKey`] → [`super::FlowEntry`].
+    /// Connection tracking of established `dsr` flows: [`super::FlowKey`] →
+    /// [`super::FlowEntry`]. The layout of V3 is kept (new fields took over padding that
+    /// was zero), so flows pinned by an older agent survive an upgrade.
     pub const CONNTRACK: &str = "LB_CONNTRACK_V3";
+    /// Flows that have only sent a SYN (or one UDP datagram): [`super::FlowKey`] →
+    /// [`super::FlowEntry`]. Promoted to [`CONNTRACK`] by the client's next packet.
+    pub const EMBRYONIC: &str = "LB_CT_EMBRYONIC_V1";
+    /// `nat` flows, client side: [`super::FlowKey`] (client → VIP) →
+    /// [`super::FlowEntry`] (backend, NAT port). A plain hash: entries leave only when
+    /// their flow ends or idles out, never by eviction.
+    pub const NAT_FLOWS: &str = "LB_NAT_FLOWS_V1";
     /// VIP addresses whose echo requests XDP answers: [`super::AddrKey`] → `u32` (0).
     pub const ECHO_ADDRS: &str = "LB_ECHO_ADDRS_V1";
-    /// `nat` mode replies: [`super::FlowKey`] → [`super::NatEntry`].
-    pub const NAT: &str = "LB_NAT_V1";
+    /// `nat` mode replies: [`super::FlowKey`] (backend → NAT address and port) →
+    /// [`super::NatEntry`]. A plain hash: the owner of a NAT port, released when the
+    /// flow ends or idles out (never evicted, so a flood cannot take a live port).
+    pub const NAT: &str = "LB_NAT_V2";
+    /// The `nat` reply map of agents before V2 (an LRU with a shorter value).
+    pub const NAT_V1: &str = "LB_NAT_V1";
     /// Node-wide settings: index 0 → [`super::GlobalConfig`].
-    pub const CONFIG: &str = "LB_CONFIG_V3";
+    pub const CONFIG: &str = "LB_CONFIG_V4";
     /// Per-CPU global counters indexed by [`crate::Counter`].
-    pub const COUNTERS: &str = "LB_COUNTERS_V2";
+    pub const COUNTERS: &str = "LB_COUNTERS_V3";
     /// Per-CPU per-service counters indexed by service id → [`crate::VipStats`].
     pub const VIP_STATS: &str = "LB_VIP_STATS_V2";
     /// Per-CPU per-backend counters indexed by backend id → [`crate::BackendStats`].
@@ -56,8 +69,17 @@ pub const MAX_TABLE_SIZE: u32 = 131_071;
 pub const TABLE_CHUNK_SLOTS: u32 = 32;
 /// Chunks in the table pool: 8 Mi slots, 16 MiB.
 pub const TABLE_CHUNKS: u32 = 262_144;
-/// Connection-tracking entries (LRU: the least recently used are evicted when full).
+/// Default size of the established-flow table (`node.conntrack_entries`): one LRU shared
+/// by every CPU, so the whole capacity serves whichever CPUs carry the flows.
 pub const CONNTRACK_ENTRIES: u32 = 1_048_576;
+/// `BPF_F_NO_COMMON_LRU`: an LRU hash with one LRU list per CPU (as the kernel
+/// reports it in the map's flags).
+pub const BPF_F_NO_COMMON_LRU_FLAG: u32 = 2;
+
+/// Default size of the embryonic-flow table (`node.embryonic_entries`): an LRU with a
+/// list per CPU (`BPF_F_NO_COMMON_LRU`: no shared lock while a SYN flood churns it), so
+/// each CPU holds `EMBRYONIC_ENTRIES / possible CPUs` half-open flows.
+pub const EMBRYONIC_ENTRIES: u32 = 262_144;
 
 /// IP protocol numbers used in keys.
 pub mod proto {
@@ -195,11 +217,16 @@ impl Default for TableChunk {
 
 /// Backend flag: the address is IPv6 (else IPv4-mapped).
 pub const BACKEND_F_IPV6: u16 = 1;
+/// Backend flag: takes no new flows (weight 0, unhealthy, or removed and draining);
+/// its established flows continue. A SYN whose 5-tuple is still pinned to such a
+/// backend is a new connection and chooses again.
+pub const BACKEND_F_NO_NEW: u16 = 2;
 
 /// One backend, by id.
 ///
 /// `flags` and `port_be` share what was once a `u32` of flags (little-endian: the flags
-/// are its low half), so maps pinned before the port existed read as port 0.
+/// are its low half), so maps pinned before the port existed read as port 0; likewise
+/// `service_id` and `generation` share what was a `u32` service id (`generation` reads as 0).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Backend {
@@ -211,8 +238,12 @@ pub struct Backend {
     /// differs from the VIP's (a Kubernetes target port); 0 keeps the VIP's port.
     /// `dsr` cannot change ports (the backend answers the client directly).
     pub port_be: u16,
-    /// Service that owns the backend (for accounting).
-    pub service_id: u32,
+    /// Service that owns the backend id now.
+    pub service_id: u16,
+    /// Generation of the id: bumped each time the id is given to a new (service,
+    /// address). Flow entries record it; an entry whose generation differs belongs to
+    /// an earlier owner of the id and must not reach this backend.
+    pub generation: u16,
 }
 const _: () = assert!(size_of::<Backend>() == 24);
 
@@ -238,26 +269,100 @@ pub struct FlowKey {
 }
 const _: () = assert!(size_of::<FlowKey>() == 40);
 
-/// Connection-tracking value: the backend a flow is pinned to.
+/// Flow-entry flag (`nat` flows): the client has sent a packet after its SYN.
+pub const FLOW_F_ESTABLISHED: u16 = 1;
+/// Flow-entry flag (`nat` flows): the client has sent a FIN.
+pub const FLOW_F_CLIENT_FIN: u16 = 2;
+/// Flow-entry flag (`nat` flows): the close is complete as far as the client side can
+/// tell (final ACK or RST seen); no more state changes are looked for.
+pub const FLOW_F_DONE: u16 = 4;
+
+/// A flow-table value: the backend a flow is pinned to (conntrack, embryonic and `nat`
+/// flow tables).
+///
+/// The layout of the first version is kept: `service_id` was a `u32` (its high half,
+/// now `flags`, was always zero) and `backend_gen`/`seen` took over zero padding, so
+/// entries pinned by an older agent read as generation 0 with no flags.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowEntry {
     /// Backend id.
     pub backend_id: u32,
-    /// Service id the flow was admitted by.
-    pub service_id: u32,
+    /// Service id the flow was admitted by; a hit under another service is a mismatch.
+    pub service_id: u16,
+    /// `FLOW_F_*` flags.
+    pub flags: u16,
     /// `nat` mode: the node's source port for this flow, network byte order (0 in
     /// other modes).
     pub nat_port_be: u16,
-    /// Always zero.
-    pub _pad: u16,
-    /// Always zero.
-    pub _pad2: u32,
+    /// [`Backend::generation`] when the flow was admitted.
+    pub backend_gen: u16,
+    /// `nat` flows: when the client side last refreshed its NAT entry, in units of
+    /// 2^30 ns (about a second) of `bpf_ktime_get_coarse_ns`.
+    pub seen: u32,
 }
 const _: () = assert!(size_of::<FlowEntry>() == 16);
 
-/// `nat` mode: what a reply from a backend is translated back to, keyed by the reply's
-/// 5-tuple (backend → node's NAT address and port) in the NAT map.
+/// State of a `nat` flow as its reply entry records it ([`NatEntry::state`]); each
+/// state has its own timeout (`GlobalConfig::timeout_ns`).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatState {
+    /// TCP: only the client's SYN (and maybe the backend's SYN-ACK) seen.
+    SynSent = 0,
+    /// TCP after the handshake; UDP always.
+    Established = 1,
+    /// TCP: the client sent a FIN first.
+    ClientFin = 2,
+    /// TCP: the backend sent a FIN first.
+    BackendFin = 3,
+    /// TCP: both FINs seen, the client's first: the backend waits for the final ACK.
+    LastAck = 4,
+    /// TCP: both FINs seen, the backend's first: the backend holds TIME_WAIT on this
+    /// 4-tuple, so the port must not serve another client meanwhile.
+    TimeWait = 5,
+    /// TCP: final ACK or RST seen; the port is free once a short linger passes.
+    Closed = 6,
+}
+
+impl NatState {
+    /// Number of states (the size of the timeout table).
+    pub const COUNT: usize = 7;
+
+    /// Decodes [`NatEntry::state`]; unknown values read as established (the safest:
+    /// the longest timeout that still ends).
+    pub const fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::SynSent,
+            2 => Self::ClientFin,
+            3 => Self::BackendFin,
+            4 => Self::LastAck,
+            5 => Self::TimeWait,
+            6 => Self::Closed,
+            _ => Self::Established,
+        }
+    }
+
+    /// Stable snake_case name, for the CLI and metric labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::SynSent => "syn_sent",
+            Self::Established => "established",
+            Self::ClientFin => "client_fin",
+            Self::BackendFin => "backend_fin",
+            Self::LastAck => "last_ack",
+            Self::TimeWait => "time_wait",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// [`NatEntry::events`]: a RST was seen (so a release counts as "rst", not "fin").
+pub const NAT_EV_RST: u8 = 1;
+
+/// `nat` mode: the owner of a NAT port. Keyed by the reply's 5-tuple (backend → node's
+/// NAT address and port); says what a reply is translated back to, and until when the
+/// port is taken.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NatEntry {
@@ -269,13 +374,72 @@ pub struct NatEntry {
     pub client_port_be: u16,
     /// The VIP's port, network byte order.
     pub vip_port_be: u16,
+    /// A [`NatState`] value.
+    pub state: u8,
+    /// `NAT_EV_*` bits.
+    pub events: u8,
     /// Always zero.
-    pub _pad: u32,
+    pub _pad: u16,
+    /// `bpf_ktime_get_coarse_ns` time after which the port may serve another flow:
+    /// the last refresh plus the state's timeout.
+    pub expires_ns: u64,
+    /// The backend the flow was sent to.
+    pub backend_id: u32,
+    /// Always zero.
+    pub _pad2: u32,
 }
-const _: () = assert!(size_of::<NatEntry>() == 40);
+const _: () = assert!(size_of::<NatEntry>() == 56);
 
-/// Entries of the NAT map (replies of NATed flows).
+/// Default size of the two `nat` maps (`node.nat_entries`): each `nat` flow takes one
+/// entry in each. Plain hashes with every element preallocated: when full, new `nat`
+/// flows are dropped (counted) and established ones are untouched.
 pub const NAT_ENTRIES: u32 = 262_144;
+
+/// Slots of [`NatTimeouts::tcp_ns`]: a power of two above [`NatState::COUNT`], so the
+/// data plane indexes it with `state & (NAT_TIMEOUT_SLOTS - 1)` and the verifier sees a
+/// bounded offset without a branch.
+pub const NAT_TIMEOUT_SLOTS: usize = 8;
+const _: () = assert!(NAT_TIMEOUT_SLOTS.is_power_of_two() && NAT_TIMEOUT_SLOTS > NatState::COUNT);
+
+/// Timeouts of `nat` flows, nanoseconds, by [`NatState`] (index = state; the spare
+/// slots hold the established timeout), plus UDP.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatTimeouts {
+    /// TCP timeout per state.
+    pub tcp_ns: [u64; NAT_TIMEOUT_SLOTS],
+    /// UDP idle timeout.
+    pub udp_ns: u64,
+}
+const _: () = assert!(size_of::<NatTimeouts>() == 72);
+
+impl NatTimeouts {
+    /// The defaults (also `[node.nat_timeouts]`'s): SYN 10 s, established 6 h (beyond
+    /// the 2 h TCP keepalive), closing 2 min, TIME_WAIT 60 s (Linux's), closed 0 s, UDP
+    /// 60 s.
+    pub const DEFAULT: Self = {
+        const S: u64 = 1_000_000_000;
+        Self {
+            tcp_ns: [
+                10 * S,
+                6 * 3600 * S,
+                120 * S,
+                120 * S,
+                120 * S,
+                60 * S,
+                0,
+                6 * 3600 * S,
+            ],
+            udp_ns: 60 * S,
+        }
+    };
+}
+
+impl Default for NatTimeouts {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// Node-wide settings, stored at index 0 of the config map.
 #[repr(C)]
@@ -290,14 +454,18 @@ pub struct GlobalConfig {
     pub nat_port_first: u16,
     /// `nat` mode: how many ports from `nat_port_first` (0 = nat disabled).
     pub nat_port_count: u16,
-    /// Always zero.
-    pub _pad: u32,
+    /// `nat` mode: the port range is split into this many interleaved slices, one per
+    /// possible CPU, and a CPU only claims ports of its own slice, so two CPUs can never
+    /// race to take over the same expired port. 0 or 1: no split.
+    pub nat_cpus: u32,
     /// `nat` mode: the node's IPv4 source address (IPv4-mapped; zero = none).
     pub nat_v4: [u8; 16],
     /// `nat` mode: the node's IPv6 source address (zero = none).
     pub nat_v6: [u8; 16],
+    /// `nat` mode: how long each flow state holds its port.
+    pub nat_timeouts: NatTimeouts,
 }
-const _: () = assert!(size_of::<GlobalConfig>() == 48);
+const _: () = assert!(size_of::<GlobalConfig>() == 120);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -312,4 +480,5 @@ mod pod {
     unsafe impl aya::Pod for super::FlowEntry {}
     unsafe impl aya::Pod for super::NatEntry {}
     unsafe impl aya::Pod for super::GlobalConfig {}
+    unsafe impl aya::Pod for super::NatTimeouts {}
 }

@@ -68,6 +68,7 @@ pub fn v4(
             kind: Kind::Echo { l3, l4 },
             l3,
             l4,
+            tcp_flags: 0,
         });
     }
     if icmp.kind != ICMP_DEST_UNREACH || icmp.code != ICMP_FRAG_NEEDED {
@@ -101,6 +102,7 @@ pub fn v4(
         kind: Kind::IcmpError,
         l3,
         l4,
+        tcp_flags: 0,
     })
 }
 
@@ -131,6 +133,7 @@ pub fn v6(
             kind: Kind::Echo { l3, l4 },
             l3,
             l4,
+            tcp_flags: 0,
         });
     }
     if icmp.kind != ICMPV6_PKT_TOOBIG {
@@ -162,6 +165,7 @@ pub fn v6(
         kind: Kind::IcmpError,
         l3,
         l4,
+        tcp_flags: 0,
     })
 }
 

@@ -2,12 +2,16 @@
 //! indexes them.
 
 use lb_common::{
-    Backend, FlowEntry, FlowKey, ForwardingMode, VipInfo, VipKey, flow_hash,
-    maps::{MAX_BACKENDS_PER_SERVICE, TABLE_CHUNK_SLOTS},
+    Backend, Counter, FlowEntry, FlowKey, VipInfo, VipKey, flow_hash,
+    maps::{BACKEND_F_NO_NEW, MAX_BACKENDS_PER_SERVICE, TABLE_CHUNK_SLOTS, proto},
 };
 
-use crate::maps::{
-    BACKENDS, CONFIG, CONNTRACK, ECHO_ADDRS, SERVICE_BACKENDS, TABLE_CHUNKS_MAP, VIPS,
+use crate::{
+    maps::{
+        BACKENDS, CONFIG, CONNTRACK, ECHO_ADDRS, EMBRYONIC, SERVICE_BACKENDS, TABLE_CHUNKS_MAP,
+        VIPS,
+    },
+    stats::count,
 };
 
 /// Whether echo requests to `addr` are answered here.
@@ -18,21 +22,45 @@ pub fn answers_echo(addr: &[u8; 16]) -> bool {
     unsafe { ECHO_ADDRS.get(key) }.is_some()
 }
 
-/// The backend that owns an existing flow (for ICMP errors about it): conntrack, else
-/// what the table would choose; nothing is inserted.
+/// The backend that owns an existing flow (for ICMP errors about it): the established
+/// entry, else the embryonic one, else what the table would choose; nothing is
+/// inserted.
 #[inline(always)]
 pub fn owner(vip: &VipInfo, key: &FlowKey) -> Option<Choice> {
-    // SAFETY: as in `vip`.
-    let backend_id = match unsafe { CONNTRACK.get(key) } {
-        Some(entry) => entry.backend_id,
-        None => table_choice(vip, key)?,
+    // SAFETY: values are plain data replaced whole by updates.
+    let pinned = match unsafe { CONNTRACK.get(key) } {
+        Some(entry) => Some(*entry),
+        // SAFETY: as above.
+        None => unsafe { EMBRYONIC.get(key) }.copied(),
     };
-    BACKENDS.get(backend_id).map(|backend| Choice {
-        backend_id,
-        backend,
-        new_flow: false,
-        nat_port_be: 0,
-    })
+    if let Some(entry) = pinned
+        && let Some(backend) = valid(vip, &entry)
+    {
+        return Some(Choice::pinned(entry.backend_id, backend));
+    }
+    let backend_id = table_choice(vip, key)?;
+    BACKENDS
+        .get(backend_id)
+        .map(|backend| Choice::pinned(backend_id, backend))
+}
+
+/// The backend of a flow entry found for `vip`, if the entry is still its own: the
+/// backend id must still belong to the service that admitted the flow, in the same
+/// generation. A backend id is reused only after its owner is gone, and reuse bumps the
+/// generation, so an old entry can never reach another service's backend.
+#[inline(always)]
+pub fn valid(vip: &VipInfo, entry: &FlowEntry) -> Option<&'static Backend> {
+    let backend = BACKENDS.get(entry.backend_id)?;
+    let service = vip.service_id as u16;
+    if entry.service_id == service
+        && backend.service_id == service
+        && backend.generation == entry.backend_gen
+    {
+        Some(backend)
+    } else {
+        count(Counter::IdentityMismatch);
+        None
+    }
 }
 
 /// The service owning this flow's (destination, port, protocol), trying the exact port
@@ -65,69 +93,118 @@ pub struct Choice {
     pub nat_port_be: u16,
 }
 
+impl Choice {
+    /// A backend the flow already had.
+    #[inline(always)]
+    pub fn pinned(backend_id: u32, backend: &'static Backend) -> Self {
+        Self {
+            backend_id,
+            backend,
+            new_flow: false,
+            nat_port_be: 0,
+        }
+    }
+}
+
 /// Why no backend could be chosen.
 pub enum NoChoice {
     /// The service has no usable backend, or its tables are inconsistent.
     NoBackend,
     /// `nat` mode: no free source port around this flow's hash.
     NatPortsExhausted,
+    /// `nat` mode: the NAT maps are full.
+    NatTableFull,
+    /// `nat` mode: not a SYN, and no flow to translate it with.
+    NatNoFlow,
 }
 
-/// The backend for this flow: the pinned one if conntrack knows the flow (whatever
-/// the table says now), else the table's choice, which is then pinned (in `nat` mode
-/// together with the NAT source port it claims).
+/// A flow entry for a new flow to `backend_id`.
 #[inline(always)]
+pub fn entry_for(vip: &VipInfo, backend_id: u32, backend: &Backend, nat_port_be: u16) -> FlowEntry {
+    FlowEntry {
+        backend_id,
+        service_id: vip.service_id as u16,
+        flags: 0,
+        nat_port_be,
+        backend_gen: backend.generation,
+        seen: 0,
+    }
+}
+
+/// The backend of a `dsr` packet. Flow state is admitted in two steps, so that packets
+/// that cannot complete a handshake never displace flows that did:
 ///
-/// `NAT` compiles the port claim in: only `lb_nat` needs it, and leaving it out of
-/// `lb_xdp` keeps that program's stack frame small.
-pub fn backend<const NAT: bool>(
-    vip: &VipInfo,
-    key: &FlowKey,
-    ipv6: bool,
-) -> Result<Choice, NoChoice> {
+/// 1. An established entry wins (whatever the table says now). A SYN finding one whose
+///    backend no longer takes new flows (or whose identity fails) is a new connection
+///    on a reused 5-tuple: the entry goes and the SYN is a new flow.
+/// 2. A packet that may open a flow (TCP SYN, any UDP datagram) and has no entry takes
+///    the table's choice into the embryonic table (a retransmitted SYN keeps the choice
+///    it made); its next packet (the handshake's ACK, the next datagram) moves it to the
+///    established table.
+/// 3. A TCP packet that is not a SYN and has neither entry is forwarded by the table as
+///    it is now, creating nothing (counted `non_syn_miss`): a flood of spoofed ACKs
+///    costs lookups, not state.
+#[inline(always)]
+pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoChoice> {
     // SAFETY: as in `vip`.
     if let Some(entry) = unsafe { CONNTRACK.get(key) } {
-        let backend_id = entry.backend_id;
-        let nat_port_be = entry.nat_port_be;
-        return BACKENDS
-            .get(backend_id)
-            .map(|backend| Choice {
-                backend_id,
-                backend,
-                new_flow: false,
-                nat_port_be,
-            })
-            .ok_or(NoChoice::NoBackend);
+        let entry = *entry;
+        match valid(vip, &entry) {
+            Some(backend)
+                if !(may_open && key.proto == proto::TCP)
+                    || backend.flags & BACKEND_F_NO_NEW == 0 =>
+            {
+                return Ok(Choice::pinned(entry.backend_id, backend));
+            }
+            // Stale (identity) or a SYN for a backend that takes no new flows.
+            _ => {
+                let _ = CONNTRACK.remove(key);
+            }
+        }
+    }
+    // SAFETY: as in `vip`.
+    if let Some(entry) = unsafe { EMBRYONIC.get(key) } {
+        let entry = *entry;
+        if let Some(backend) = valid(vip, &entry) {
+            if !may_open || key.proto == proto::UDP {
+                // The flow's second packet: it is established now.
+                let _ = CONNTRACK.insert(key, entry, 0);
+                let _ = EMBRYONIC.remove(key);
+                count(Counter::EmbryonicPromoted);
+                return Ok(Choice::pinned(entry.backend_id, backend));
+            }
+            if backend.flags & BACKEND_F_NO_NEW == 0 {
+                // A retransmitted SYN: same choice as the first.
+                return Ok(Choice::pinned(entry.backend_id, backend));
+            }
+        }
     }
     let backend_id = table_choice(vip, key).ok_or(NoChoice::NoBackend)?;
     let backend = BACKENDS.get(backend_id).ok_or(NoChoice::NoBackend)?;
-    let nat_port_be = if NAT && vip.mode == ForwardingMode::Nat as u32 {
-        crate::nat::claim_port(key, backend, ipv6).ok_or(NoChoice::NatPortsExhausted)?
-    } else {
-        0
-    };
-    let entry = FlowEntry {
-        backend_id,
-        service_id: vip.service_id,
-        nat_port_be,
-        _pad: 0,
-        _pad2: 0,
-    };
+    if !may_open {
+        count(Counter::NonSynMiss);
+        return Ok(Choice::pinned(backend_id, backend));
+    }
     // A full LRU evicts its oldest entry; an insert can only fail on memory pressure,
     // and then this packet is still forwarded and the next one tries again.
-    let _ = CONNTRACK.insert(key, entry, 0);
+    if EMBRYONIC
+        .insert(key, entry_for(vip, backend_id, backend, 0), 0)
+        .is_ok()
+    {
+        count(Counter::EmbryonicCreated);
+    }
     Ok(Choice {
         backend_id,
         backend,
         new_flow: true,
-        nat_port_be,
+        nat_port_be: 0,
     })
 }
 
 /// Maglev lookup: the seeded flow hash picks a slot, the slot a position in the
 /// service's backend list, the list a backend id.
 #[inline(always)]
-fn table_choice(vip: &VipInfo, key: &FlowKey) -> Option<u32> {
+pub fn table_choice(vip: &VipInfo, key: &FlowKey) -> Option<u32> {
     let size = vip.table_size;
     if size == 0 || vip.list_len == 0 || vip.list_len > MAX_BACKENDS_PER_SERVICE {
         return None;

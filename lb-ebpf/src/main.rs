@@ -124,14 +124,11 @@ fn steer(ctx: &XdpContext) -> Verdict {
     let choice = if pkt.kind == Kind::IcmpError {
         lookup::owner(vip, &pkt.key).ok_or(lookup::NoChoice::NoBackend)
     } else {
-        lookup::backend::<false>(vip, &pkt.key, pkt.ipv6)
+        lookup::dsr(vip, &pkt.key, pkt.may_open())
     };
     let choice = match choice {
         Ok(choice) => choice,
-        Err(lookup::NoChoice::NoBackend) => return Verdict::drop(Counter::DropNoBackend),
-        Err(lookup::NoChoice::NatPortsExhausted) => {
-            return Verdict::drop(Counter::DropNatPortsExhausted);
-        }
+        Err(why) => return no_choice(why),
     };
     let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
     if pkt.kind == Kind::IcmpError {
@@ -142,6 +139,17 @@ fn steer(ctx: &XdpContext) -> Verdict {
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
     }
     verdict
+}
+
+/// The verdict for a packet no backend could be chosen for.
+#[inline(always)]
+fn no_choice(why: lookup::NoChoice) -> Verdict {
+    Verdict::drop(match why {
+        lookup::NoChoice::NoBackend => Counter::DropNoBackend,
+        lookup::NoChoice::NatPortsExhausted => Counter::DropNatPortsExhausted,
+        lookup::NoChoice::NatTableFull => Counter::DropNatTableFull,
+        lookup::NoChoice::NatNoFlow => Counter::DropNatNoFlow,
+    })
 }
 
 /// Continues in `lb_nat`. Only returns if the tail call fails (the agent has not
@@ -179,7 +187,7 @@ fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
         clippy::needless_borrows_for_generic_args,
         reason = "passing the key by value would copy it onto the stack"
     )]
-    let Some(entry) = (unsafe { maps::CONNTRACK.get(&pkt.key) }) else {
+    let Some(entry) = (unsafe { maps::NAT_FLOWS.get(&pkt.key) }) else {
         // Not a flow we know: nobody to tell.
         return Verdict::pass(Counter::PassNotVip);
     };
@@ -216,12 +224,9 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
     let Some(vip) = lookup::vip(&pkt.key) else {
         return nat_reply(ctx, &pkt);
     };
-    let choice = match lookup::backend::<true>(vip, &pkt.key, pkt.ipv6) {
+    let choice = match nat::flow(vip, &pkt) {
         Ok(choice) => choice,
-        Err(lookup::NoChoice::NoBackend) => return Verdict::drop(Counter::DropNoBackend),
-        Err(lookup::NoChoice::NatPortsExhausted) => {
-            return Verdict::drop(Counter::DropNatPortsExhausted);
-        }
+        Err(why) => return no_choice(why),
     };
     if (choice.backend.flags & lb_common::maps::BACKEND_F_IPV6 != 0) != pkt.ipv6 {
         return Verdict::drop(Counter::DropNoRoute);

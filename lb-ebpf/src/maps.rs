@@ -8,7 +8,10 @@ use aya_ebpf::{
 };
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo, VipKey,
-    maps::{CONNTRACK_ENTRIES, MAX_BACKENDS, MAX_SERVICES, SERVICE_BACKEND_SLOTS, TABLE_CHUNKS},
+    maps::{
+        CONNTRACK_ENTRIES, EMBRYONIC_ENTRIES, MAX_BACKENDS, MAX_SERVICES, NAT_ENTRIES,
+        SERVICE_BACKEND_SLOTS, TABLE_CHUNKS,
+    },
 };
 
 /// Which VIPs this node serves: (address, port or 0, protocol) → service.
@@ -27,11 +30,22 @@ pub static SERVICE_BACKENDS: Array<u32> = Array::with_max_entries(SERVICE_BACKEN
 #[map(name = "LB_TABLES_V2")]
 pub static TABLE_CHUNKS_MAP: Array<TableChunk> = Array::with_max_entries(TABLE_CHUNKS, 0);
 
-/// Connection tracking: the backend each flow is pinned to. Per-CPU LRU lists
-/// (`BPF_F_NO_COMMON_LRU`) avoid a global lock on insert; the table itself is shared.
+/// Established `dsr` flows: the backend each is pinned to. Only a flow's second packet
+/// (the handshake's ACK, a second datagram) brings it here, so spoofed SYNs and
+/// datagrams never evict an established flow. One LRU list for all CPUs: inserts are
+/// rare (one per flow), and the whole capacity serves whatever CPUs the flows use.
+/// Sized by `node.conntrack_entries` at load.
 #[map(name = "LB_CONNTRACK_V3")]
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry> =
-    LruHashMap::with_max_entries(CONNTRACK_ENTRIES, BPF_F_NO_COMMON_LRU);
+    LruHashMap::with_max_entries(CONNTRACK_ENTRIES, 0);
+
+/// Flows that have sent only their first packet (a SYN, one datagram). Per-CPU LRU
+/// lists (`BPF_F_NO_COMMON_LRU`): a SYN flood churns this table at line rate, and a
+/// shared list would serialise every CPU on its lock; each CPU holds
+/// `node.embryonic_entries / possible CPUs` of them.
+#[map(name = "LB_CT_EMBRYONIC_V1")]
+pub static EMBRYONIC: LruHashMap<FlowKey, FlowEntry> =
+    LruHashMap::with_max_entries(EMBRYONIC_ENTRIES, BPF_F_NO_COMMON_LRU);
 
 /// Per-CPU scratch space for `bpf_fib_lookup` parameters (see `forward.rs`).
 #[map(name = "LB_FIB_SCRATCH")]
@@ -48,10 +62,20 @@ pub static NEXT_HOPS: PerCpuArray<crate::forward::NextHop> =
 pub static ECHO_ADDRS: HashMap<lb_common::AddrKey, u32> =
     HashMap::with_max_entries(MAX_SERVICES, 0);
 
-/// `nat` mode: replies (backend → NAT address:port) → what to translate them back to.
-#[map(name = "LB_NAT_V1")]
-pub static NAT: LruHashMap<FlowKey, lb_common::NatEntry> =
-    LruHashMap::with_max_entries(lb_common::maps::NAT_ENTRIES, BPF_F_NO_COMMON_LRU);
+/// `nat` mode, the reply side: (backend → NAT address:port) → what to translate back
+/// to, and until when the port is taken. A plain hash, so nothing is ever evicted: a
+/// port is taken over only once its flow has ended or idled out (see `nat.rs`).
+#[map(name = "LB_NAT_V2")]
+pub static NAT: HashMap<FlowKey, lb_common::NatEntry> = HashMap::with_max_entries(NAT_ENTRIES, 0);
+
+/// `nat` mode, the client side: (client → VIP) → backend and NAT port. A plain hash,
+/// one entry per live `nat` flow; entries leave with their reply entry.
+#[map(name = "LB_NAT_FLOWS_V1")]
+pub static NAT_FLOWS: HashMap<FlowKey, FlowEntry> = HashMap::with_max_entries(NAT_ENTRIES, 0);
+
+/// Per-CPU scratch of `lb_nat` (keys and values that do not fit its stack).
+#[map(name = "LB_NAT_SCRATCH")]
+pub static NAT_SCRATCH: PerCpuArray<crate::nat::Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// Tail-call targets: `lb_nat` (`nat` flows) and `lb_nat_icmp` (ICMP errors about
 /// them), each with a stack frame of its own (the verifier allows 512 bytes per
@@ -65,11 +89,11 @@ pub const PROG_NAT: u32 = 0;
 pub const PROG_NAT_ICMP: u32 = 1;
 
 /// Node-wide settings at index 0.
-#[map(name = "LB_CONFIG_V3")]
+#[map(name = "LB_CONFIG_V4")]
 pub static CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);
 
 /// Global verdict and reason counters, one slot per `Counter`.
-#[map(name = "LB_COUNTERS_V2")]
+#[map(name = "LB_COUNTERS_V3")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
 /// Per-service traffic, indexed by `VipInfo::service_id`.

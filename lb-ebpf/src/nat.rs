@@ -1,27 +1,66 @@
 //! `nat` mode: one-arm full NAT.
 //!
 //! Towards the backend: destination → backend, source → the node's NAT address and a
-//! port of its own, checksums updated incrementally. The port is chosen from the flow
-//! hash within the configured range; the reply key (backend → NAT address:port) is
-//! claimed with `BPF_NOEXIST`, trying a few ports on a collision, so two flows can never
-//! share one. Replies are matched by that key and translated back to VIP → client.
+//! port of its own, checksums updated incrementally. Replies are matched by the reply
+//! key (backend → NAT address:port) and translated back to VIP → client.
+//!
+//! State lives in two plain hash maps, never evicted: `NAT_FLOWS` (client → VIP: the
+//! backend and port) and `NAT` (the reply key: who owns the port, in which TCP state,
+//! until when). Only a TCP SYN or a UDP datagram creates a flow: a spoofed ACK has no
+//! translation and is dropped (counted), so it can never claim a port.
+//!
+//! Ports end with their flows: both directions move the reply entry through TCP's
+//! states (SYN, established, FIN from either side, last ACK, TIME_WAIT, closed), each
+//! with a timeout; activity refreshes the timeout at most once a second. A new flow
+//! whose port is taken by an entry past its timeout takes the port over (counted by how
+//! the old flow ended); userspace sweeps the rest. The port range is split into one
+//! interleaved slice per possible CPU and a CPU only takes over ports of its own slice,
+//! so two CPUs never race for one expired port.
+//!
 //! UDP over IPv4 with a zero checksum keeps it zero (no checksum, RFC 768).
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_csum_diff, programs::XdpContext};
-use lb_common::{Backend, Counter, FlowKey, GlobalConfig, NatEntry, flow_hash, maps::proto};
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_csum_diff, bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns},
+    programs::XdpContext,
+};
+use lb_common::{
+    Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, NatState, VipInfo, flow_hash,
+    maps::{
+        FLOW_F_CLIENT_FIN, FLOW_F_DONE, FLOW_F_ESTABLISHED, NAT_EV_RST, NAT_TIMEOUT_SLOTS, proto,
+    },
+};
 
 use crate::{
     Verdict, csum,
-    maps::{CONFIG, NAT},
-    parse::{Ipv4Hdr, Ipv6Hdr, L4Ports, Packet, ptr_at},
+    lookup::{Choice, NoChoice, entry_for, table_choice, valid},
+    maps::{BACKENDS, CONFIG, NAT, NAT_FLOWS, NAT_SCRATCH},
+    parse::{Ipv4Hdr, Ipv6Hdr, L4Ports, Packet, ptr_at, tcp},
+    stats::count,
 };
 
 /// Ports tried for a new flow before giving up.
-const PORT_ATTEMPTS: u32 = 4;
+const PORT_ATTEMPTS: u32 = 8;
 /// Stride between attempts (a prime, so attempts spread over the range).
 const PORT_STRIDE: u32 = 7919;
 /// Mixed into the seed so the port choice is independent of the backend choice.
 const PORT_SEED_SALT: u32 = 0x4e41_5450;
+/// `-EEXIST`: the key is taken.
+const EEXIST: i32 = -17;
+/// The client side refreshes the reply entry's timeout at most once per 2^30 ns.
+const SEEN_SHIFT: u32 = 30;
+
+/// Per-CPU scratch for keys and values: `lb_nat` has its own 512-byte stack, and a
+/// few 40-byte keys on it leave the verifier no room.
+#[repr(C)]
+pub struct Scratch {
+    /// A reply key being looked up or claimed.
+    pub reply: FlowKey,
+    /// A client-side key (of a flow whose port is taken over).
+    pub client: FlowKey,
+    /// A reply entry being written.
+    pub entry: NatEntry,
+}
 
 #[inline(always)]
 fn config() -> Option<&'static GlobalConfig> {
@@ -53,46 +92,55 @@ pub fn is_nat_addr(dst: &[u8; 16], ipv6: bool) -> bool {
         .is_some_and(|a| a == *dst)
 }
 
-/// Claims a NAT source port for a new flow to `backend` and records how to translate
-/// its replies. Returns the port (network order), or `None` when the range is full
-/// around this flow's hash (or NAT is not configured).
+/// Now, on the clock the entries' deadlines use (`CLOCK_MONOTONIC`, jiffy-coarse).
 #[inline(always)]
-pub fn claim_port(key: &FlowKey, backend: &Backend, ipv6: bool) -> Option<u16> {
-    let cfg = config()?;
-    let nat = nat_addr(cfg, ipv6)?;
-    let count = u32::from(cfg.nat_port_count);
-    let base = flow_hash(cfg.hash_seed ^ PORT_SEED_SALT, key);
-    let entry = NatEntry {
-        client: key.src,
-        vip: key.dst,
-        client_port_be: key.src_port_be,
-        vip_port_be: key.dst_port_be,
-        _pad: 0,
-    };
-    let mut reply = FlowKey {
-        src: backend.addr,
-        dst: nat,
-        src_port_be: backend_port(backend, key.dst_port_be),
-        dst_port_be: 0,
-        proto: key.proto,
-        _pad: 0,
-        _pad2: 0,
-    };
-    for attempt in 0..PORT_ATTEMPTS {
-        let offset = base
-            .wrapping_add(attempt.wrapping_mul(PORT_STRIDE))
-            .checked_rem(count)?;
-        reply.dst_port_be = (cfg.nat_port_first.wrapping_add(offset as u16)).to_be();
-        #[expect(
-            clippy::needless_borrows_for_generic_args,
-            reason = "moving the 40-byte key and value would copy them onto a nearly full stack"
-        )]
-        let claimed = NAT.insert(&reply, &entry, u64::from(BPF_NOEXIST)).is_ok();
-        if claimed {
-            return Some(reply.dst_port_be);
-        }
+fn now_ns() -> u64 {
+    // SAFETY: a helper without arguments.
+    unsafe { bpf_ktime_get_coarse_ns() }
+}
+
+/// How long `state` holds a port.
+#[inline(always)]
+fn timeout(cfg: &GlobalConfig, state: u8, protocol: u8) -> u64 {
+    if protocol == proto::UDP {
+        return cfg.nat_timeouts.udp_ns;
     }
-    None
+    // A mask, not a bounds check: the verifier then sees the offset bounded.
+    cfg.nat_timeouts.tcp_ns[state as usize & (NAT_TIMEOUT_SLOTS - 1)]
+}
+
+/// Moves a reply entry to `state` and restarts its timeout.
+#[inline(always)]
+fn enter(cfg: &GlobalConfig, r: *mut NatEntry, state: NatState, protocol: u8, now: u64) {
+    // SAFETY: `r` points into a map value (or the scratch) for this program run.
+    unsafe {
+        (*r).state = state as u8;
+        (*r).expires_ns = now.saturating_add(timeout(cfg, state as u8, protocol));
+    }
+}
+
+/// Restarts a reply entry's timeout after activity, unless its state is one that only
+/// runs out (the close is done).
+#[inline(always)]
+fn refresh(cfg: &GlobalConfig, r: *mut NatEntry, protocol: u8, now: u64) {
+    // SAFETY: as in `enter`.
+    let state = unsafe { (*r).state };
+    if state <= NatState::BackendFin as u8 {
+        // SAFETY: as above.
+        unsafe { (*r).expires_ns = now.saturating_add(timeout(cfg, state, protocol)) };
+    }
+}
+
+/// The counter a released port is counted under, from the state it ended in.
+#[inline(always)]
+fn release_reason(old: &NatEntry) -> Counter {
+    if old.events & NAT_EV_RST != 0 {
+        Counter::NatReleasedRst
+    } else if old.state == NatState::Closed as u8 || old.state == NatState::TimeWait as u8 {
+        Counter::NatReleasedFin
+    } else {
+        Counter::NatReleasedTimeout
+    }
 }
 
 /// The port a flow to `vip_port_be` reaches `backend` on: its own port if it has one
@@ -104,6 +152,325 @@ pub fn backend_port(backend: &Backend, vip_port_be: u16) -> u16 {
     } else {
         vip_port_be
     }
+}
+
+/// Fills the scratch reply key of a flow to `backend` through `nat_port_be`.
+#[inline(always)]
+fn set_reply_key(
+    sc: *mut Scratch,
+    backend: &Backend,
+    nat: &[u8; 16],
+    key: &FlowKey,
+    nat_port_be: u16,
+) {
+    // SAFETY: the scratch slot of this CPU, valid for this run.
+    unsafe {
+        (*sc).reply = FlowKey {
+            src: backend.addr,
+            dst: *nat,
+            src_port_be: backend_port(backend, key.dst_port_be),
+            dst_port_be: nat_port_be,
+            proto: key.proto,
+            _pad: 0,
+            _pad2: 0,
+        };
+    }
+}
+
+/// The `nat` flow of a client packet, found or created, with its state tracked.
+///
+/// # Errors
+/// [`NoChoice::NatNoFlow`] for a TCP packet other than a SYN without a flow;
+/// [`NoChoice::NoBackend`], [`NoChoice::NatPortsExhausted`] and
+/// [`NoChoice::NatTableFull`] for a new flow that cannot be made.
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value would be copied onto lb_nat's nearly full stack"
+)]
+#[inline(always)]
+pub fn flow(vip: &VipInfo, pkt: &Packet) -> Result<Choice, NoChoice> {
+    let key = &pkt.key;
+    let cfg = config().ok_or(NoChoice::NoBackend)?;
+    let nat = nat_addr(cfg, pkt.ipv6).ok_or(NoChoice::NoBackend)?;
+    let sc = NAT_SCRATCH.get_ptr_mut(0).ok_or(NoChoice::NoBackend)?;
+    let now = now_ns();
+    if let Some(f) = NAT_FLOWS.get_ptr_mut(key) {
+        // SAFETY: a valid pointer to the map value for this run.
+        let entry = unsafe { *f };
+        if let Some(backend) = valid(vip, &entry) {
+            set_reply_key(sc, backend, &nat, key, entry.nat_port_be);
+            if track(cfg, f, &entry, sc, pkt, backend, now) {
+                return Ok(Choice {
+                    backend_id: entry.backend_id,
+                    backend,
+                    new_flow: false,
+                    nat_port_be: entry.nat_port_be,
+                });
+            }
+        }
+        // Not its own any more (identity), or a SYN for a backend that takes no new
+        // flows: the flow is gone; a SYN starts a new one below.
+        let _ = NAT_FLOWS.remove(key);
+    }
+    if !pkt.may_open() {
+        return Err(NoChoice::NatNoFlow);
+    }
+    let backend_id = table_choice(vip, key).ok_or(NoChoice::NoBackend)?;
+    let backend = BACKENDS.get(backend_id).ok_or(NoChoice::NoBackend)?;
+    let nat_port_be = claim_port(cfg, sc, &nat, key, backend, backend_id, now)?;
+    let mut entry = entry_for(vip, backend_id, backend, nat_port_be);
+    entry.seen = (now >> SEEN_SHIFT) as u32;
+    if NAT_FLOWS.insert(key, entry, 0).is_err() {
+        // SAFETY: the scratch still holds the claimed reply key.
+        let _ = NAT.remove(unsafe { &(*sc).reply });
+        return Err(NoChoice::NatTableFull);
+    }
+    Ok(Choice {
+        backend_id,
+        backend,
+        new_flow: true,
+        nat_port_be,
+    })
+}
+
+/// Tracks a client packet of an existing flow: promotion after the SYN, FIN, RST, the
+/// final ACK, and a timeout refresh at most once a second; each needs the reply entry
+/// (whose key is in the scratch). Returns false when the packet is a SYN that must
+/// start a new flow instead: the old connection has ended (a reused 5-tuple) and its
+/// backend takes no new flows.
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value would be copied onto lb_nat's nearly full stack"
+)]
+#[inline(always)]
+fn track(
+    cfg: &GlobalConfig,
+    f: *mut FlowEntry,
+    entry: &FlowEntry,
+    sc: *mut Scratch,
+    pkt: &Packet,
+    backend: &Backend,
+    now: u64,
+) -> bool {
+    let protocol = pkt.key.proto;
+    let flags = entry.flags;
+    let seen = (now >> SEEN_SHIFT) as u32;
+    let syn = pkt.is_syn();
+    let fin = pkt.tcp_flags & tcp::FIN != 0;
+    let rst = pkt.tcp_flags & tcp::RST != 0;
+    let tcp_event = protocol == proto::TCP
+        && flags & FLOW_F_DONE == 0
+        && (flags & FLOW_F_ESTABLISHED == 0 || fin || rst || flags & FLOW_F_CLIENT_FIN != 0);
+    let reused = syn && flags != 0;
+    if !tcp_event && !reused && entry.seen == seen {
+        return true;
+    }
+    // SAFETY: the scratch's reply key was set by the caller.
+    let Some(r) = NAT.get_ptr_mut(unsafe { &(*sc).reply }) else {
+        // The reply entry went (swept by userspace in the instant it expired, or never
+        // written): a SYN re-asserts it below, any other packet keeps going.
+        if syn {
+            reassert(cfg, sc, pkt, entry, now);
+        }
+        return true;
+    };
+    // SAFETY: a valid pointer to the map value for this run.
+    let state = unsafe { (*r).state };
+    let mut new_flags = flags;
+    if reused {
+        if state < NatState::ClientFin as u8 {
+            // A SYN on a live connection (a duplicate or a spoof): the backend answers
+            // it; nothing changes here.
+            return true;
+        }
+        if backend.flags & lb_common::maps::BACKEND_F_NO_NEW != 0 {
+            return false;
+        }
+        // The client reuses its 5-tuple for a new connection: same backend, same port
+        // (the backend's TIME_WAIT accepts a newer SYN on it), state from the start.
+        // SAFETY: as above.
+        unsafe { (*r).events = 0 };
+        enter(cfg, r, NatState::SynSent, protocol, now);
+        new_flags = 0;
+    } else if protocol == proto::TCP && flags & FLOW_F_DONE == 0 {
+        if rst {
+            // SAFETY: as above.
+            unsafe { (*r).events |= NAT_EV_RST };
+            enter(cfg, r, NatState::Closed, protocol, now);
+            new_flags |= FLOW_F_DONE;
+        } else if fin && flags & FLOW_F_CLIENT_FIN == 0 {
+            new_flags |= FLOW_F_CLIENT_FIN | FLOW_F_ESTABLISHED;
+            if state == NatState::BackendFin as u8 {
+                // The backend closed first: it holds TIME_WAIT on this port.
+                enter(cfg, r, NatState::TimeWait, protocol, now);
+                new_flags |= FLOW_F_DONE;
+            } else if state < NatState::ClientFin as u8 {
+                enter(cfg, r, NatState::ClientFin, protocol, now);
+            }
+        } else if flags & FLOW_F_CLIENT_FIN != 0 {
+            if state == NatState::LastAck as u8 && !fin {
+                // The final ACK: the backend's side of the connection is closed.
+                enter(cfg, r, NatState::Closed, protocol, now);
+                new_flags |= FLOW_F_DONE;
+            } else if state >= NatState::TimeWait as u8 {
+                new_flags |= FLOW_F_DONE;
+            }
+        } else if flags & FLOW_F_ESTABLISHED == 0 && !syn {
+            // The client's packet after its SYN: the handshake is done.
+            new_flags |= FLOW_F_ESTABLISHED;
+            if state == NatState::SynSent as u8 {
+                enter(cfg, r, NatState::Established, protocol, now);
+            }
+        } else {
+            refresh(cfg, r, protocol, now);
+        }
+    } else {
+        refresh(cfg, r, protocol, now);
+    }
+    // SAFETY: `f` is a valid pointer to the flow's map value for this run.
+    unsafe {
+        (*f).flags = new_flags;
+        (*f).seen = seen;
+    }
+    true
+}
+
+/// Writes the reply entry of an existing flow back if it is missing (a SYN
+/// retransmitted after userspace swept a just-expired entry).
+#[inline(always)]
+fn reassert(cfg: &GlobalConfig, sc: *mut Scratch, pkt: &Packet, entry: &FlowEntry, now: u64) {
+    fill_entry(cfg, sc, &pkt.key, entry.backend_id, now);
+    // SAFETY: the scratch slot of this CPU.
+    let (reply, value) = unsafe { (&(*sc).reply, &(*sc).entry) };
+    let _ = NAT.insert(reply, value, u64::from(BPF_NOEXIST));
+}
+
+/// Fills the scratch entry for a new flow of `key` to `backend_id`.
+#[inline(always)]
+fn fill_entry(cfg: &GlobalConfig, sc: *mut Scratch, key: &FlowKey, backend_id: u32, now: u64) {
+    let state = if key.proto == proto::UDP {
+        NatState::Established
+    } else {
+        NatState::SynSent
+    };
+    // SAFETY: the scratch slot of this CPU.
+    unsafe {
+        (*sc).entry = NatEntry {
+            client: key.src,
+            vip: key.dst,
+            client_port_be: key.src_port_be,
+            vip_port_be: key.dst_port_be,
+            state: state as u8,
+            events: 0,
+            _pad: 0,
+            expires_ns: now.saturating_add(timeout(cfg, state as u8, key.proto)),
+            backend_id,
+            _pad2: 0,
+        };
+    }
+}
+
+/// Claims a NAT source port for a new flow to `backend` and records how to translate
+/// its replies; the claimed reply key stays in the scratch. Ports come from this CPU's
+/// slice of the range, at the flow's hash and a few strides from it; a port whose
+/// owner is past its timeout is taken over, and the old owner's client-side entry goes
+/// with it.
+#[inline(always)]
+fn claim_port(
+    cfg: &GlobalConfig,
+    sc: *mut Scratch,
+    nat: &[u8; 16],
+    key: &FlowKey,
+    backend: &Backend,
+    backend_id: u32,
+    now: u64,
+) -> Result<u16, NoChoice> {
+    let count = u32::from(cfg.nat_port_count);
+    let (slices, slice) = if cfg.nat_cpus > 1 && count >= cfg.nat_cpus {
+        // SAFETY: a helper without arguments.
+        (
+            cfg.nat_cpus,
+            unsafe { bpf_get_smp_processor_id() } % cfg.nat_cpus,
+        )
+    } else {
+        (1, 0)
+    };
+    let per_slice = count / slices;
+    let base = flow_hash(cfg.hash_seed ^ PORT_SEED_SALT, key);
+    fill_entry(cfg, sc, key, backend_id, now);
+    set_reply_key(sc, backend, nat, key, 0);
+    let mut full = false;
+    for attempt in 0..PORT_ATTEMPTS {
+        let index = base
+            .wrapping_add(attempt.wrapping_mul(PORT_STRIDE))
+            .checked_rem(per_slice)
+            .ok_or(NoChoice::NatPortsExhausted)?;
+        let offset = index * slices + slice;
+        let port_be = cfg.nat_port_first.wrapping_add(offset as u16).to_be();
+        // SAFETY: the scratch slot of this CPU.
+        let (reply, value) = unsafe {
+            (*sc).reply.dst_port_be = port_be;
+            (&(*sc).reply, &(*sc).entry)
+        };
+        match NAT.insert(reply, value, u64::from(BPF_NOEXIST)) {
+            Ok(()) => return Ok(port_be),
+            Err(EEXIST) => {
+                if take_over(sc, now) {
+                    return Ok(port_be);
+                }
+            }
+            // E2BIG or ENOMEM: the map is full; an expired port may still be found.
+            Err(_) => full = true,
+        }
+    }
+    Err(if full {
+        NoChoice::NatTableFull
+    } else {
+        NoChoice::NatPortsExhausted
+    })
+}
+
+/// Takes over the port in the scratch's reply key if its owner is past its timeout.
+#[inline(always)]
+fn take_over(sc: *mut Scratch, now: u64) -> bool {
+    // SAFETY: the scratch slot of this CPU.
+    let reply = unsafe { &(*sc).reply };
+    // SAFETY: plain data replaced whole by updates.
+    let Some(old) = (unsafe { NAT.get(reply) }) else {
+        return false;
+    };
+    if now < old.expires_ns {
+        return false;
+    }
+    let old = *old;
+    // SAFETY: as above.
+    unsafe {
+        (*sc).client = FlowKey {
+            src: old.client,
+            dst: old.vip,
+            src_port_be: old.client_port_be,
+            dst_port_be: old.vip_port_be,
+            proto: reply.proto,
+            _pad: 0,
+            _pad2: 0,
+        };
+    }
+    // SAFETY: as above.
+    let client = unsafe { &(*sc).client };
+    // SAFETY: as above.
+    if let Some(f) = unsafe { NAT_FLOWS.get(client) }
+        && f.nat_port_be == reply.dst_port_be
+        && f.backend_id == old.backend_id
+    {
+        let _ = NAT_FLOWS.remove(client);
+    }
+    // SAFETY: as above.
+    let value = unsafe { &(*sc).entry };
+    if NAT.insert(reply, value, 0).is_err() {
+        return false;
+    }
+    count(release_reason(&old));
+    true
 }
 
 /// Rewrites a client packet towards `backend` from the NAT address and `port_be`.
@@ -135,17 +502,22 @@ pub fn to_backend(
     }
 }
 
-/// Translates a reply from a backend back to VIP → client, or says why not.
+/// Translates a reply from a backend back to VIP → client, tracking the backend's FIN
+/// and RST, or says why not.
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value would be copied onto lb_nat's nearly full stack"
+)]
 #[inline(always)]
 pub fn reply(ctx: &XdpContext, pkt: &Packet) -> Result<&'static NatEntry, Verdict> {
-    // SAFETY: plain data replaced whole by updates.
-    #[expect(
-        clippy::needless_borrows_for_generic_args,
-        reason = "passing the key by value would copy 40 bytes onto a nearly full stack"
-    )]
-    let Some(entry) = (unsafe { NAT.get(&pkt.key) }) else {
+    let Some(r) = NAT.get_ptr_mut(&pkt.key) else {
         return Err(Verdict::pass(Counter::PassNatUnknown));
     };
+    if let Some(cfg) = config() {
+        track_reply(cfg, r, pkt, now_ns());
+    }
+    // SAFETY: a valid pointer to the map value for this run.
+    let entry: &'static NatEntry = unsafe { &*r };
     let to = Rewrite {
         src: entry.vip,
         dst: entry.client,
@@ -156,6 +528,37 @@ pub fn reply(ctx: &XdpContext, pkt: &Packet) -> Result<&'static NatEntry, Verdic
         return Err(Verdict::drop(Counter::DropMalformed));
     }
     Ok(entry)
+}
+
+/// The backend's side of the state machine: its FIN (after the client's, the backend
+/// waits for the final ACK; before, it will hold TIME_WAIT), its RST, and a timeout
+/// refresh at most once a second.
+#[inline(always)]
+fn track_reply(cfg: &GlobalConfig, r: *mut NatEntry, pkt: &Packet, now: u64) {
+    let protocol = pkt.key.proto;
+    // SAFETY: a valid pointer to the map value for this run.
+    let (state, expires) = unsafe { ((*r).state, (*r).expires_ns) };
+    if protocol == proto::TCP && state < NatState::TimeWait as u8 {
+        if pkt.tcp_flags & tcp::RST != 0 {
+            // SAFETY: as above.
+            unsafe { (*r).events |= NAT_EV_RST };
+            enter(cfg, r, NatState::Closed, protocol, now);
+            return;
+        }
+        if pkt.tcp_flags & tcp::FIN != 0 {
+            if state == NatState::ClientFin as u8 {
+                enter(cfg, r, NatState::LastAck, protocol, now);
+            } else if state < NatState::ClientFin as u8 {
+                enter(cfg, r, NatState::BackendFin, protocol, now);
+            }
+            return;
+        }
+    }
+    // Refresh when more than a second of the timeout has run.
+    let full = timeout(cfg, state, protocol);
+    if expires.saturating_sub(now) < full.saturating_sub(1 << SEEN_SHIFT) {
+        refresh(cfg, r, protocol, now);
+    }
 }
 
 /// The addresses and ports a packet is rewritten to. 8-byte aligned so the IPv4 part

@@ -66,6 +66,28 @@ pub struct L4Ports {
     pub dst: [u8; 2],
 }
 
+/// The first 14 bytes of a TCP header: up to and including the flags.
+#[repr(C)]
+pub struct TcpHead {
+    pub ports: L4Ports,
+    pub seq: [u8; 4],
+    pub ack: [u8; 4],
+    pub data_offset: u8,
+    pub flags: u8,
+}
+
+/// TCP flag bits ([`Packet::tcp_flags`]).
+pub mod tcp {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
+    /// SYN.
+    pub const SYN: u8 = 0x02;
+    /// RST.
+    pub const RST: u8 = 0x04;
+    /// ACK.
+    pub const ACK: u8 = 0x10;
+}
+
 const ETH_LEN: usize = size_of::<EthHdr>();
 const VLAN_LEN: usize = size_of::<VlanTag>();
 pub const IPV4_LEN: usize = size_of::<Ipv4Hdr>();
@@ -104,6 +126,22 @@ pub struct Packet {
     pub l3: usize,
     /// Offset of the TCP/UDP/ICMP header.
     pub l4: usize,
+    /// TCP flags (0 for UDP and ICMP).
+    pub tcp_flags: u8,
+}
+
+impl Packet {
+    /// A TCP SYN without ACK: the only packet that may open a TCP flow.
+    #[inline(always)]
+    pub fn is_syn(&self) -> bool {
+        self.tcp_flags & (tcp::SYN | tcp::ACK) == tcp::SYN
+    }
+
+    /// A packet that may create flow state: a TCP SYN, or any UDP datagram.
+    #[inline(always)]
+    pub fn may_open(&self) -> bool {
+        self.key.proto != proto::TCP || self.is_syn()
+    }
 }
 
 /// What a parsed packet is.
@@ -192,6 +230,7 @@ fn ipv4<const ICMP: bool>(
         return Err(malformed);
     }
     let ports = l4_ports(ctx, l3 + IPV4_LEN)?;
+    let tcp_flags = tcp_flags(ctx, ip.proto, l3 + IPV4_LEN)?;
     Ok(Packet {
         eth,
         key: FlowKey {
@@ -208,6 +247,7 @@ fn ipv4<const ICMP: bool>(
         kind: Kind::Flow,
         l3,
         l4: l3 + IPV4_LEN,
+        tcp_flags,
     })
 }
 
@@ -245,6 +285,7 @@ fn ipv6<const ICMP: bool>(
         return Err(malformed);
     }
     let ports = l4_ports(ctx, l3 + IPV6_LEN)?;
+    let tcp_flags = tcp_flags(ctx, ip.next_hdr, l3 + IPV6_LEN)?;
     Ok(Packet {
         eth,
         key: FlowKey {
@@ -261,6 +302,7 @@ fn ipv6<const ICMP: bool>(
         kind: Kind::Flow,
         l3,
         l4: l3 + IPV6_LEN,
+        tcp_flags,
     })
 }
 
@@ -269,6 +311,18 @@ pub fn l4_ports(ctx: &XdpContext, offset: usize) -> Result<&L4Ports, Verdict> {
     let ports: *const L4Ports = ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
     Ok(unsafe { &*ports })
+}
+
+/// The TCP flags of a TCP segment at `offset` (the IP length check already proved 20
+/// bytes are there; this proves it to the verifier), 0 for other protocols.
+#[inline(always)]
+fn tcp_flags(ctx: &XdpContext, proto: u8, offset: usize) -> Result<u8, Verdict> {
+    if proto != proto::TCP {
+        return Ok(0);
+    }
+    let head: *const TcpHead = ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))?;
+    // SAFETY: ptr_at checked that the bytes lie inside the packet.
+    Ok(unsafe { (*head).flags })
 }
 
 /// IPv6 extension headers (RFC 8200 §4 and the IANA list): hop-by-hop, routing,

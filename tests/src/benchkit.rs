@@ -17,11 +17,27 @@ pub static ALLOCS: AtomicU64 = AtomicU64::new(0);
 /// Bytes requested so far.
 pub static BYTES: AtomicU64 = AtomicU64::new(0);
 
+std::thread_local! {
+    /// Allocations made by this thread: what a test of one thread's work reads, so
+    /// that the test harness's own threads cannot add to it.
+    static THREAD_ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Allocations (and reallocations) made by the calling thread so far.
+pub fn thread_allocs() -> u64 {
+    THREAD_ALLOCS.try_with(std::cell::Cell::get).unwrap_or(0)
+}
+
+fn count_thread() {
+    let _ = THREAD_ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged;
 // the counters are plain atomics and never affect the returned memory.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Relaxed);
+        count_thread();
         BYTES.fetch_add(layout.size() as u64, Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.alloc(layout) }
@@ -29,6 +45,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Relaxed);
+        count_thread();
         BYTES.fetch_add(layout.size() as u64, Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.alloc_zeroed(layout) }
@@ -41,6 +58,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Relaxed);
+        count_thread();
         BYTES.fetch_add(new_size.saturating_sub(layout.size()) as u64, Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.realloc(ptr, layout, new_size) }

@@ -11,8 +11,11 @@ use std::{
 };
 
 use aya::{TestRun as _, TestRunOptions};
-use lb_common::{Counter, FlowKey, GlobalConfig, flow_hash};
-use lb_userspace::dataplane::{MapOps as _, Programmer, ServiceSpec, kernel::KernelDataplane};
+use lb_common::{Counter, CounterKind, FlowKey, GlobalConfig, flow_hash};
+use lb_userspace::config::FlowTables;
+use lb_userspace::dataplane::{
+    MapOps as _, MapRead as _, Programmer, ServiceSpec, kernel::KernelDataplane,
+};
 
 use crate::Netns;
 
@@ -164,7 +167,12 @@ impl XdpRig {
     /// Like [`XdpRig::load`], with the maps pinned under `pin_dir` (on a bpffs) so a
     /// reader can open them as `lbctl` does.
     pub fn load_pinned(seed: u32, pin_dir: Option<&std::path::Path>) -> Self {
-        let mut dataplane = KernelDataplane::load_with_pins(pin_dir).expect("load data plane");
+        Self::load_sized(seed, pin_dir, &FlowTables::default())
+    }
+
+    /// Like [`XdpRig::load_pinned`], with the flow tables sized as `tables` says.
+    pub fn load_sized(seed: u32, pin_dir: Option<&std::path::Path>, tables: &FlowTables) -> Self {
+        let mut dataplane = KernelDataplane::load_sized(pin_dir, tables).expect("load data plane");
         dataplane
             .set_config(GlobalConfig {
                 hash_seed: seed,
@@ -193,6 +201,13 @@ impl XdpRig {
                 ..GlobalConfig::default()
             })
             .expect("set config");
+    }
+
+    /// Sets the `nat` timeouts (keeping the other settings).
+    pub fn set_nat_timeouts(&mut self, timeouts: lb_common::NatTimeouts) {
+        let mut config = self.dataplane.maps().global_config().expect("read config");
+        config.nat_timeouts = timeouts;
+        self.dataplane.set_config(config).expect("set config");
     }
 
     /// Adds or replaces a service (by VIP key) and reprograms.
@@ -244,6 +259,58 @@ impl XdpRig {
             bytes: out,
         };
         (outcome, result.duration)
+    }
+
+    /// Runs `packet`, asserts the action, and that of the verdict counters exactly
+    /// `reason` (besides `Packets`) moved by one. Event counters are not checked (see
+    /// [`XdpRig::expect_events`]).
+    pub fn expect(&mut self, packet: &[u8], action: u32, reason: Counter) -> Outcome {
+        self.counted(packet, action, reason, None)
+    }
+
+    /// [`XdpRig::expect`], and of the event counters exactly those in `events` moved,
+    /// by one each.
+    pub fn expect_events(
+        &mut self,
+        packet: &[u8],
+        action: u32,
+        reason: Counter,
+        events: &[Counter],
+    ) -> Outcome {
+        self.counted(packet, action, reason, Some(events))
+    }
+
+    fn counted(
+        &mut self,
+        packet: &[u8],
+        want_action: u32,
+        reason: Counter,
+        events: Option<&[Counter]>,
+    ) -> Outcome {
+        let before = self.counters();
+        let out = self.run(packet);
+        assert_eq!(
+            out.action,
+            want_action,
+            "action for a packet expected to count {}",
+            reason.name()
+        );
+        let after = self.counters();
+        for c in Counter::ALL {
+            let want = match (c.kind(), events) {
+                (CounterKind::Event, None) => continue,
+                (CounterKind::Event, Some(events)) => u64::from(events.contains(&c)),
+                _ => u64::from(c == reason || c == Counter::Packets),
+            };
+            assert_eq!(
+                after[c as usize] - before[c as usize],
+                want,
+                "counter {} (expected reason {}, events {events:?})",
+                c.name(),
+                reason.name()
+            );
+        }
+        out
     }
 
     /// A global counter, summed over CPUs.

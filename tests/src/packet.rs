@@ -10,6 +10,20 @@ pub struct Packet {
     pub bytes: Vec<u8>,
 }
 
+/// TCP flag bits, for [`Packet::with_tcp_flags`].
+pub mod flags {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
+    /// SYN (what the builders make).
+    pub const SYN: u8 = 0x02;
+    /// RST.
+    pub const RST: u8 = 0x04;
+    /// PSH.
+    pub const PSH: u8 = 0x08;
+    /// ACK.
+    pub const ACK: u8 = 0x10;
+}
+
 /// IP protocol numbers.
 pub const TCP: u8 = 6;
 /// UDP.
@@ -200,6 +214,41 @@ impl Packet {
         self.bytes[24..26].copy_from_slice(&c.to_be_bytes());
     }
 
+    /// Sets the TCP flags of a TCP frame built here (SYN by default), keeping its
+    /// checksum valid (RFC 1624 incremental update). Panics on other frames.
+    pub fn with_tcp_flags(mut self, tcp_flags: u8) -> Self {
+        let at = self.tcp_offset();
+        let old = u16::from_be_bytes([self.bytes[at + 12], self.bytes[at + 13]]);
+        self.bytes[at + 13] = tcp_flags;
+        let new = u16::from_be_bytes([self.bytes[at + 12], self.bytes[at + 13]]);
+        let check = u16::from_be_bytes([self.bytes[at + 16], self.bytes[at + 17]]);
+        let mut sum = u32::from(!check) + u32::from(!old) + u32::from(new);
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        self.bytes[at + 16..at + 18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        self
+    }
+
+    /// Offset of the TCP header in a frame built here.
+    fn tcp_offset(&self) -> usize {
+        let mut l3 = 14;
+        if self.bytes[12..14] == [0x81, 0x00] {
+            l3 += 4;
+        }
+        let ether_type = [self.bytes[l3 - 2], self.bytes[l3 - 1]];
+        let (l4, proto) = match ether_type {
+            [0x08, 0x00] => (
+                l3 + usize::from(self.bytes[l3] & 0x0f) * 4,
+                self.bytes[l3 + 9],
+            ),
+            [0x86, 0xdd] => (l3 + 40, self.bytes[l3 + 6]),
+            other => panic!("not IPv4 or IPv6: ether type {other:02x?}"),
+        };
+        assert_eq!(proto, TCP, "not a TCP frame");
+        l4
+    }
+
     /// The first `len` bytes only.
     pub fn truncated(mut self, len: usize) -> Self {
         self.bytes.truncate(len);
@@ -272,6 +321,33 @@ mod tests {
         pseudo.extend_from_slice(&p.bytes[26..34]);
         pseudo.extend_from_slice(&[0, TCP, 0, 22]);
         assert_eq!(checksum(&[&pseudo, &p.bytes[34..]]), 0, "TCP");
+    }
+
+    #[test]
+    fn changed_tcp_flags_keep_the_checksum_valid() {
+        let eth = Packet::eth([2; 6], [4; 6], 0x0800);
+        let src = Ipv4Addr::new(198, 18, 0, 1);
+        let dst = Ipv4Addr::new(198, 18, 100, 1);
+        let p =
+            Packet::tcp4(eth, src, 1000, dst, 80, b"hi").with_tcp_flags(flags::ACK | flags::FIN);
+        assert_eq!(p.bytes[34 + 13], 0x11);
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&p.bytes[26..34]);
+        pseudo.extend_from_slice(&[0, TCP, 0, 22]);
+        assert_eq!(checksum(&[&pseudo, &p.bytes[34..]]), 0, "TCP");
+        let eth6 = Packet::eth([2; 6], [4; 6], 0x86dd);
+        let (s6, d6) = (
+            "2001:db8::1".parse().expect("v6"),
+            "2001:db8::2".parse().expect("v6"),
+        );
+        let v6 = Packet::tcp6(eth6, s6, 1, d6, 2, b"")
+            .with_vlan(7)
+            .with_tcp_flags(flags::RST);
+        assert_eq!(v6.bytes[18 + 40 + 13], flags::RST);
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&v6.bytes[18 + 8..18 + 40]);
+        pseudo.extend_from_slice(&[0, 0, 0, 20, 0, 0, 0, TCP]);
+        assert_eq!(checksum(&[&pseudo, &v6.bytes[58..]]), 0, "TCP over IPv6");
     }
 
     #[test]

@@ -176,7 +176,8 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         let name = name_of(bk["address"].as_str().expect("addr"));
         let served = served.get(&name).copied().unwrap_or(0) as u64;
         assert_eq!(u(&bk["new_flows"]), served, "{name}");
-        assert_eq!(u(&bk["flows"]), served, "{name}: conntrack entries");
+        // One datagram each: the flows are half-open, not established.
+        assert_eq!(u(&bk["flows"]), 0, "{name}: established flows");
     }
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -194,17 +195,31 @@ fn lbctl_reports_and_explains_what_the_node_does() {
     assert_eq!(code, Some(1));
     assert!(err.contains("no service named \"nope\""), "{err}");
 
-    let flows = lbd.lbctl_json(&["flows", "--vip", &format!("{VIP}:{UDP_PORT}")]);
+    let vip = format!("{VIP}:{UDP_PORT}");
+    let flows = lbd.lbctl_json(&["flows", "--vip", &vip]);
+    assert_eq!(u(&flows["matched"]), 0, "nothing established yet: {flows}");
+    let flows = lbd.lbctl_json(&["flows", "--vip", &vip, "--embryonic"]);
     assert_eq!(u(&flows["matched"]), DATAGRAMS as u64);
     let listed = flows["flows"].as_array().expect("flows");
-    // Established flows: explain says conntrack, naming the backend flows lists.
+    // Half-open flows: explain says so, naming the backend flows lists; their second
+    // datagram goes to the same backend and establishes them.
     for f in listed.iter().take(5) {
+        assert_eq!(f["table"], "embryonic", "{f}");
         let client = f["client"].as_str().expect("client");
-        let e = lbd.lbctl_json(&["explain", "udp", client, &format!("{VIP}:{UDP_PORT}")]);
-        assert_eq!(e["decision"], "conntrack", "{e}");
+        let e = lbd.lbctl_json(&["explain", "udp", client, &vip]);
+        assert_eq!(e["decision"], "embryonic", "{e}");
         assert_eq!(e["backend"], f["backend"]);
         assert_eq!(e["service_name"], "dns");
+        let src: SocketAddr = client.parse().expect("client address");
+        let answered = datagram_from(&topo, src);
+        assert_eq!(answered, name_of(f["backend"].as_str().expect("backend")));
+        let e = lbd.lbctl_json(&["explain", "udp", client, &vip]);
+        assert_eq!(e["decision"], "conntrack", "{e}");
+        assert_eq!(e["table"], "established", "{e}");
+        assert_eq!(e["backend"], f["backend"]);
     }
+    let flows = lbd.lbctl_json(&["flows", "--vip", &vip]);
+    assert_eq!(u(&flows["matched"]), 5, "five established now: {flows}");
     // New flows: explain predicts from the table; a real datagram from that port is
     // answered by that backend.
     for port in [41000u16, 41001, 41002, 41003, 41004, 41005] {
@@ -226,20 +241,34 @@ fn lbctl_reports_and_explains_what_the_node_does() {
     let text = lb_testbed::lbd::scrape_metrics(&topo.lb);
     let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
         .expect("metrics parse");
-    let sent = (DATAGRAMS + 6) as f64;
+    let flows_made = (DATAGRAMS + 6) as f64;
     assert_eq!(
         metric(&parsed, "lbd_vip_packets_total", &[("service", "dns")]),
-        sent
+        flows_made + 5.0,
+        "every datagram, the five second ones included"
     );
     assert_eq!(
         metric(&parsed, "lbd_vip_new_flows_total", &[("service", "dns")]),
-        sent
+        flows_made
+    );
+    assert_eq!(metric(&parsed, "lbd_conntrack_promoted_total", &[]), 5.0);
+    assert_eq!(
+        metric(&parsed, "lbd_flow_table_entries", &[("table", "embryonic")]),
+        flows_made - 5.0
+    );
+    assert_eq!(
+        metric(
+            &parsed,
+            "lbd_flow_table_entries",
+            &[("table", "established")]
+        ),
+        5.0
     );
     assert_eq!(
         metric(&parsed, "lbd_table_size", &[("service", "dns")]),
         u(&dns["table_size"]) as f64
     );
-    assert!(metric(&parsed, "lbd_xdp_packets_total", &[]) >= sent);
+    assert!(metric(&parsed, "lbd_xdp_packets_total", &[]) >= flows_made);
     assert!(metric(&parsed, "lbd_reconciles_total", &[]) >= 1.0);
     let digest = dns["table_digest"].as_str().expect("digest");
     assert_eq!(
@@ -286,12 +315,12 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         "forwarding continues without lbd"
     );
     let stats = lbd.lbctl_json(&["stats"]);
-    assert_eq!(u(&dns_stats(&stats)["packets"]), DATAGRAMS as u64 + 16);
+    assert_eq!(u(&dns_stats(&stats)["packets"]), DATAGRAMS as u64 + 21);
     assert!(
         dns_stats(&stats)["service"].is_null(),
         "no names without lbd"
     );
-    let flows = lbd.lbctl_json(&["flows", "--limit", "3"]);
+    let flows = lbd.lbctl_json(&["flows", "--limit", "3", "--embryonic"]);
     assert_eq!(u(&flows["matched"]), DATAGRAMS as u64 + 16);
     assert_eq!(flows["flows"].as_array().expect("flows").len(), 3);
     let src = SocketAddr::new(CLIENT_ADDR.into(), 41000);
@@ -301,7 +330,7 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         &src.to_string(),
         &format!("{VIP}:{UDP_PORT}"),
     ]);
-    assert_eq!(e["decision"], "conntrack", "{e}");
+    assert_eq!(e["decision"], "embryonic", "{e}");
 
     // Rates: one JSON document per sample; 20 datagrams sent while it watches.
     let watch = std::thread::scope(|scope| {

@@ -10,7 +10,10 @@ use lb_testbed::{
     fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6},
     is_root,
     lbd::{BpfFs, TempDir},
-    packet::Packet,
+    packet::{
+        Packet,
+        flags::{ACK, SYN},
+    },
     rng::Rng,
 };
 use lb_userspace::{
@@ -132,7 +135,8 @@ fn random_flow(rng: &mut Rng) -> Flow {
     }
 }
 
-fn packet(flow: &Flow) -> Vec<u8> {
+/// A packet of `flow`: for TCP with `tcp_flags` (a SYN opens the flow, an ACK follows).
+fn packet(flow: &Flow, tcp_flags: u8) -> Vec<u8> {
     let (sp, dp) = (flow.src.port(), flow.dst.port());
     match (flow.protocol, flow.src.ip(), flow.dst.ip()) {
         (Protocol::Tcp, IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -144,6 +148,7 @@ fn packet(flow: &Flow) -> Vec<u8> {
                 dp,
                 b"x",
             )
+            .with_tcp_flags(tcp_flags)
             .bytes
         }
         (Protocol::Udp, IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -187,22 +192,31 @@ fn sent_to(bytes: &[u8], nat: bool) -> IpAddr {
         .unwrap_or_else(|| panic!("forwarded to unknown MAC {mac:02x?}"))
 }
 
-/// Runs every flow's packet; checks explain's prediction (made before the packet)
-/// against where the packet went. Returns (table, conntrack) decision counts.
-fn check(rig: &mut XdpRig, pinned: &MapSet, flows: &[Flow], phase: &str) -> (usize, usize) {
-    let (mut table, mut conntrack) = (0, 0);
+/// Decisions of one pass over the flows.
+#[derive(Debug, Default)]
+struct Counts {
+    table: usize,
+    embryonic: usize,
+    conntrack: usize,
+}
+
+/// Runs every flow's packet (TCP ones with `tcp_flags`); checks explain's prediction
+/// (made before the packet) against where the packet went.
+fn check(rig: &mut XdpRig, pinned: &MapSet, flows: &[Flow], tcp_flags: u8, phase: &str) -> Counts {
+    let mut counts = Counts::default();
     for flow in flows {
         let e = explain(pinned, *flow).expect("explain");
-        let out = rig.run(&packet(flow));
+        let out = rig.run(&packet(flow, tcp_flags));
         let nat = e.service.as_ref().is_some_and(|s| s.mode == "nat");
         match &e.decision {
             Decision::NotAVip => {
                 assert_eq!(out.action, action::PASS, "{phase}: {flow:?}");
                 continue;
             }
-            Decision::Table { .. } => table += 1,
+            Decision::Table { .. } => counts.table += 1,
+            Decision::Embryonic { .. } => counts.embryonic += 1,
             Decision::Conntrack { nat_port, .. } => {
-                conntrack += 1;
+                counts.conntrack += 1;
                 if nat {
                     let sport = u16::from_be_bytes([out.bytes[34], out.bytes[35]]);
                     assert_eq!(Some(sport), *nat_port, "{phase}: NAT port of {flow:?}");
@@ -222,7 +236,7 @@ fn check(rig: &mut XdpRig, pinned: &MapSet, flows: &[Flow], phase: &str) -> (usi
             "{phase}: {flow:?}: explain said {e:?}"
         );
     }
-    (table, conntrack)
+    counts
 }
 
 #[test]
@@ -242,14 +256,19 @@ fn explain_predicts_the_kernels_choice_for_10000_flows() {
         let mut rng = Rng(0x00e8_91a1_2026);
         let flows: Vec<Flow> = (0..FLOWS).map(|_| random_flow(&mut rng)).collect();
 
-        // New flows: every prediction comes from the table.
-        let (table, conntrack) = check(&mut rig, &pinned, &flows, "new flows");
-        assert_eq!(conntrack, 0);
-        assert!(table > FLOWS * 9 / 10, "{table} table decisions");
-        // The same flows again: now conntrack answers, and the packets agree.
-        let (table, conntrack) = check(&mut rig, &pinned, &flows, "established");
-        assert_eq!(table, 0, "every forwarded flow is in conntrack now");
-        assert!(conntrack > FLOWS * 9 / 10);
+        // New flows (a SYN, a first datagram): every prediction comes from the table.
+        let c = check(&mut rig, &pinned, &flows, SYN, "new flows");
+        assert_eq!((c.conntrack, c.embryonic), (0, 0), "{c:?}");
+        assert!(c.table > FLOWS * 9 / 10, "{c:?}");
+        // The second packet (the handshake's ACK, a second datagram): dsr flows are
+        // half-open until it passes, nat flows were made by their SYN.
+        let c = check(&mut rig, &pinned, &flows, ACK, "second packet");
+        assert_eq!(c.table, 0, "every forwarded flow has an entry: {c:?}");
+        assert!(c.embryonic > FLOWS / 2 && c.conntrack > FLOWS / 10, "{c:?}");
+        // From the third packet on, every flow is established.
+        let c = check(&mut rig, &pinned, &flows, ACK, "established");
+        assert_eq!((c.table, c.embryonic), (0, 0), "{c:?}");
+        assert!(c.conntrack > FLOWS * 9 / 10, "{c:?}");
 
         // Tables change (a backend leaves web, weights move, natted shifts): flows
         // already established stay where conntrack pins them, even where the new
@@ -267,9 +286,34 @@ fn explain_predicts_the_kernels_choice_for_10000_flows() {
             pinned_to_removed > 100,
             "{pinned_to_removed} web flows on the removed backend"
         );
-        check(&mut rig, &pinned, &flows, "after the change");
+        let c = check(&mut rig, &pinned, &flows, ACK, "after the change");
+        assert_eq!((c.table, c.embryonic), (0, 0), "{c:?}");
         let fresh: Vec<Flow> = (0..FLOWS / 2).map(|_| random_flow(&mut rng)).collect();
-        let (table, _) = check(&mut rig, &pinned, &fresh, "new flows after the change");
-        assert!(table > FLOWS / 2 * 9 / 10);
+        let c = check(&mut rig, &pinned, &fresh, SYN, "new flows after the change");
+        assert!(c.table > FLOWS / 2 * 9 / 10, "{c:?}");
+        // A TCP packet that is not a SYN and has no flow: dsr forwards it by the table
+        // without state, nat drops it; explain says which.
+        let strays: Vec<Flow> = (0..FLOWS / 10)
+            .map(|_| random_flow(&mut rng))
+            .filter(|f| f.protocol == Protocol::Tcp)
+            .collect();
+        for flow in &strays {
+            let e = explain(&pinned, *flow).expect("explain");
+            let Decision::Table { syn_only, .. } = e.decision else {
+                panic!("{flow:?}: {e:?}");
+            };
+            let out = rig.run(&packet(flow, ACK));
+            if syn_only {
+                assert_eq!(out.action, action::DROP, "nat stray {flow:?}");
+            } else {
+                assert_eq!(out.action, action::TX, "dsr stray {flow:?}");
+                assert_eq!(sent_to(&out.bytes, false), e.backend().expect("backend"));
+            }
+            let again = explain(&pinned, *flow).expect("explain");
+            assert!(
+                matches!(again.decision, Decision::Table { .. }),
+                "a stray leaves no state: {again:?}"
+            );
+        }
     });
 }

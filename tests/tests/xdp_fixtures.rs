@@ -7,9 +7,9 @@ use lb_common::{Counter, FlowKey, ForwardingMode, VipKey};
 use lb_testbed::{
     fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend, backend6},
     is_root,
-    packet::{Packet, TCP, UDP},
+    packet::{Packet, TCP, UDP, flags},
 };
-use lb_userspace::dataplane::{MapRead as _, ServiceSpec, addr16, vip_key};
+use lb_userspace::dataplane::{FlowTable, MapRead as _, ServiceSpec, addr16, vip_key};
 
 const SEED: u32 = 0x5eed;
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
@@ -57,29 +57,10 @@ fn flow(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, proto: u8) -> FlowKey 
     }
 }
 
-/// Runs `packet`, asserts the action, and that exactly `reason` (besides `Packets`)
-/// moved by one.
+/// Runs `packet`, asserts the action, and that of the verdict counters exactly `reason`
+/// (besides `Packets`) moved by one.
 fn run_expect(rig: &mut XdpRig, packet: &[u8], want_action: u32, reason: Counter) -> Outcome {
-    let before = rig.counters();
-    let out = rig.run(packet);
-    assert_eq!(
-        out.action,
-        want_action,
-        "action for a packet expected to count {}",
-        reason.name()
-    );
-    let after = rig.counters();
-    for c in Counter::ALL {
-        let want = u64::from(c == reason || c == Counter::Packets);
-        assert_eq!(
-            after[c as usize] - before[c as usize],
-            want,
-            "counter {} (expected reason {})",
-            c.name(),
-            reason.name()
-        );
-    }
-    out
+    rig.expect(packet, want_action, reason)
 }
 
 /// The MAC a backend address resolves to in the fixture host.
@@ -236,15 +217,18 @@ fn established_flows_keep_their_backend_across_table_changes() {
         let mut rig = XdpRig::load(SEED);
         let vip = svc(80, TCP, &[]).key;
         rig.program(svc(80, TCP, &three(backend)));
-        // Ten flows, each pinned on its first packet.
+        // Ten flows, each admitted by its SYN and established by its ACK.
         let flows: Vec<(Packet, IpAddr)> = (0..10u16)
             .map(|i| {
-                let p = Packet::tcp4(eth(), CLIENT, 2000 + i, VIP, 80, b"");
-                let out = run_expect(&mut rig, &p.bytes, action::TX, Counter::Tx);
+                let syn = Packet::tcp4(eth(), CLIENT, 2000 + i, VIP, 80, b"");
+                let out = run_expect(&mut rig, &syn.bytes, action::TX, Counter::Tx);
                 let key = flow(IpAddr::V4(CLIENT), 2000 + i, IpAddr::V4(VIP), 80, TCP);
                 let to = rig.expected_backend(&vip, &key);
-                assert_forwarded_to(&out, &p.bytes, to);
-                (p, to)
+                assert_forwarded_to(&out, &syn.bytes, to);
+                let ack = syn.with_tcp_flags(flags::ACK);
+                let out = run_expect(&mut rig, &ack.bytes, action::TX, Counter::Tx);
+                assert_forwarded_to(&out, &ack.bytes, to);
+                (ack, to)
             })
             .collect();
         // Replace the whole backend set: new flows go to the new backend only...
@@ -258,14 +242,19 @@ fn established_flows_keep_their_backend_across_table_changes() {
             assert_forwarded_to(&out, &p.bytes, *to);
         }
         let stats = rig.dataplane.maps().vip_stats(0).expect("stats");
-        assert_eq!((stats.packets, stats.new_flows), (21, 11));
+        assert_eq!((stats.packets, stats.new_flows), (31, 11));
+        assert_eq!(rig.counter(Counter::EmbryonicPromoted), 10);
         let key = flow(IpAddr::V4(CLIENT), 2000, IpAddr::V4(VIP), 80, TCP);
+        let maps = rig.dataplane.maps();
         assert!(
-            rig.dataplane
-                .maps()
-                .flow(&key)
-                .expect("conntrack read")
+            maps.flow(FlowTable::Established, &key)
+                .expect("read")
                 .is_some()
+        );
+        assert!(
+            maps.flow(FlowTable::Embryonic, &key)
+                .expect("read")
+                .is_none()
         );
     });
 }

@@ -5,7 +5,10 @@
 //! - a forwarded packet is TCP/UDP to a configured VIP, its bytes above layer 2 are
 //!   untouched, and its MACs are a backend's and the node's;
 //! - a passed packet is byte-for-byte unchanged;
-//! - every packet the classifier calls "for a VIP" is forwarded, and nothing else is.
+//! - every packet the classifier calls "for a VIP" is forwarded, and nothing else is;
+//! - a `nat` TCP packet that is not a SYN is forwarded only if an earlier SYN of the
+//!   same 5-tuple made its flow (the model tracks which did), else dropped: a flood of
+//!   stray segments never claims a NAT port.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -15,7 +18,7 @@ use lb_testbed::{
         CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, XdpRig, action, backend, backend6,
     },
     is_root,
-    packet::{Packet, TCP, UDP, checksum},
+    packet::{Packet, TCP, UDP, checksum, flags},
     rng::Rng,
 };
 use lb_userspace::dataplane::{ServiceSpec, vip_key};
@@ -138,12 +141,37 @@ fn plausible(rng: &mut Rng) -> Vec<u8> {
             Packet::udp4(eth, CLIENT, sport, dst, dport, &payload)
         }
     };
+    // A SYN (the builders' default) half of the time, else what follows a handshake.
+    const AFTER: [u8; 5] = [
+        flags::ACK,
+        flags::ACK | flags::PSH,
+        flags::FIN | flags::ACK,
+        flags::RST,
+        flags::SYN | flags::ACK,
+    ];
+    let p = if tcp && rng.below(2) == 0 {
+        p.with_tcp_flags(AFTER[rng.below(AFTER.len() as u64) as usize])
+    } else {
+        p
+    };
     let p = if rng.below(4) == 0 {
         p.with_vlan(rng.below(4096) as u16)
     } else {
         p
     };
     p.bytes
+}
+
+/// The 5-tuple of a TCP/UDP frame the classifier accepted, for the `nat` flow model.
+fn tuple(b: &[u8]) -> (Vec<u8>, u8, [u8; 4]) {
+    let (l3, v6, proto, l4, _) = layout(b);
+    let addrs = if v6 {
+        b[l3 + 8..l3 + 40].to_vec()
+    } else {
+        b[l3 + 12..l3 + 20].to_vec()
+    };
+    let ports: [u8; 4] = b[l4..l4 + 4].try_into().expect("ports");
+    (addrs, proto, ports)
 }
 
 /// Mutations: flip bytes, truncate, extend; or throw the structure away entirely.
@@ -186,6 +214,9 @@ enum Fate {
     Forward,
     /// TCP/UDP to a `nat` VIP: forwarded with source and destination translated.
     Nat,
+    /// A TCP segment to a `nat` VIP that is not a SYN: forwarded and translated if its
+    /// flow exists, dropped if not (the caller's model decides).
+    NatIfKnown,
     /// An echo request to a VIP address: answered in place.
     Echo,
     /// Everything else that is well formed: passed untouched.
@@ -311,8 +342,12 @@ fn classify(b: &[u8]) -> Option<Fate> {
     let nat = nat_vips()
         .iter()
         .any(|&(a, p, pr)| a == dst && pr == proto && p == dport);
-    Some(if nat {
+    // TCP flags: byte 13 of the header (the length checks above put it in the frame).
+    let syn = proto == TCP && b[l4 + 13] & (flags::SYN | flags::ACK) == flags::SYN;
+    Some(if nat && (proto == UDP || syn) {
         Fate::Nat
+    } else if nat {
+        Fate::NatIfKnown
     } else if is_vip(dst, dport, proto) {
         Fate::Forward
     } else {
@@ -384,15 +419,33 @@ fn a_million_random_and_mutated_packets() {
                 ports: Vec::new(),
             });
         }
+        // Nothing expires during the run, so the model of which nat flows exist stays
+        // exact: a flow made by a SYN or a datagram lives on.
+        rig.set_nat_timeouts(lb_common::NatTimeouts {
+            tcp_ns: [3_600_000_000_000; lb_common::maps::NAT_TIMEOUT_SLOTS],
+            udp_ns: 3_600_000_000_000,
+        });
+        let mut nat_flows = std::collections::HashSet::new();
         let macs = backend_macs();
         let mut rng = Rng(0x1b_5eed);
         let (mut forwarded, mut passed, mut dropped, mut echoed, mut translated) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut stray_dropped = 0u64;
         for n in 0..PACKETS {
             let base = plausible(&mut rng);
             let input = mutate(&mut rng, base);
             let out = rig.run(&input);
-            let expect = classify(&input);
+            let mut expect = classify(&input);
+            if expect == Some(Fate::Nat) {
+                nat_flows.insert(tuple(&input));
+            }
+            if expect == Some(Fate::NatIfKnown) {
+                let known = nat_flows.contains(&tuple(&input));
+                expect = if known { Some(Fate::Nat) } else { None };
+                if !known {
+                    stray_dropped += u64::from(out.action == action::DROP);
+                }
+            }
             let ctx = || format!("packet {n}: {input:02x?} -> action {}", out.action);
             match out.action {
                 action::TX if expect == Some(Fate::Echo) => {
@@ -439,7 +492,12 @@ fn a_million_random_and_mutated_packets() {
                 other => panic!("unexpected action {other}: {}", ctx()),
             }
         }
-        eprintln!("{forwarded} forwarded, {translated} nat-translated, {passed} passed, {dropped} dropped, {echoed} echo replies");
+        eprintln!("{forwarded} forwarded, {translated} nat-translated, {passed} passed, {dropped} dropped ({stray_dropped} nat strays), {echoed} echo replies");
+        assert_eq!(
+            rig.counter(lb_common::Counter::DropNatNoFlow),
+            stray_dropped,
+            "every nat stray was dropped as one, and nothing else"
+        );
         // The generator must exercise every outcome, or the test proves little.
         for (what, n) in [
             ("translated", translated),
@@ -447,6 +505,7 @@ fn a_million_random_and_mutated_packets() {
             ("forwarded", forwarded),
             ("passed", passed),
             ("dropped", dropped),
+            ("nat strays dropped", stray_dropped * 10),
         ] {
             assert!(n > PACKETS / 100, "only {n} packets {what}");
         }

@@ -26,6 +26,8 @@ pub struct Meta {
     pub config_error: Option<String>,
     /// The L7 proxy's counters as of this query, if it runs.
     pub l7: Option<crate::l7::stats::L7Snapshot>,
+    /// What lbd's `nat` sweeper released, if it runs.
+    pub nat_sweep: Option<std::sync::Arc<crate::dataplane::natsweep::SweepStats>>,
 }
 
 impl Meta {
@@ -52,7 +54,7 @@ pub fn answer(agent: &Agent, meta: &Meta, query: &Query, flows: Option<FlowCount
     };
     let result = match query {
         Query::Status => flows()
-            .and_then(|f| status(agent, meta, f.total))
+            .and_then(|f| status(agent, meta, &f))
             .map(Reply::json),
         Query::Services => agent.service_views().map(Reply::json),
         Query::Backends(Some(name)) if !agent.config().services.iter().any(|s| &s.name == name) => {
@@ -66,16 +68,13 @@ pub fn answer(agent: &Agent, meta: &Meta, query: &Query, flows: Option<FlowCount
     result.unwrap_or_else(|e| Reply::error(500, format!("reading the data plane: {e}")))
 }
 
-/// `GET /v1/status`, given the conntrack size.
+/// `GET /v1/status`, given the flow tables' counts.
 ///
 /// # Errors
 /// A map read failed.
-pub fn status(
-    agent: &Agent,
-    meta: &Meta,
-    conntrack_entries: u64,
-) -> Result<Status, DataplaneError> {
+pub fn status(agent: &Agent, meta: &Meta, flows: &FlowCounts) -> Result<Status, DataplaneError> {
     let node = &agent.config().node;
+    let flow_tables = flow_tables(agent, meta, flows)?;
     Ok(Status {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         api_version: super::API_VERSION,
@@ -113,12 +112,44 @@ pub fn status(
         reconciles: agent.reconciles().count,
         last_reconcile: agent.last_reconcile().cloned(),
         fade_in_rebuilds: agent.fade_rebuilds(),
-        conntrack_entries,
+        conntrack_entries: flows.total,
+        flow_tables,
+    })
+}
+
+/// The flow tables' fill, and `nat` ports released by the data plane (taking over an
+/// expired port) and by lbd's sweeper together.
+fn flow_tables(
+    agent: &Agent,
+    meta: &Meta,
+    flows: &FlowCounts,
+) -> Result<super::FlowTablesStatus, DataplaneError> {
+    use lb_common::Counter;
+    use std::sync::atomic::Ordering::Relaxed;
+    let maps = agent.dataplane().maps();
+    let sweep = |f: fn(&crate::dataplane::natsweep::SweepStats) -> u64| {
+        meta.nat_sweep.as_deref().map_or(0, f)
+    };
+    let created = maps.counter(Counter::EmbryonicCreated)?;
+    let promoted = maps.counter(Counter::EmbryonicPromoted)?;
+    Ok(super::FlowTablesStatus {
+        conntrack: flows.conntrack,
+        embryonic: flows.embryonic,
+        nat: flows.nat,
+        nat_released: super::NatReleased {
+            fin: maps.counter(Counter::NatReleasedFin)? + sweep(|s| s.fin.load(Relaxed)),
+            rst: maps.counter(Counter::NatReleasedRst)? + sweep(|s| s.rst.load(Relaxed)),
+            timeout: maps.counter(Counter::NatReleasedTimeout)?
+                + sweep(|s| s.timeout.load(Relaxed)),
+        },
+        embryonic_evicted: created
+            .saturating_sub(promoted)
+            .saturating_sub(flows.embryonic.entries),
     })
 }
 
 fn metrics_text(agent: &Agent, meta: &Meta, flows: &FlowCounts) -> Result<Reply, DataplaneError> {
-    let status = status(agent, meta, flows.total)?;
+    let status = status(agent, meta, flows)?;
     let backends = agent.backend_views(None, Some(flows))?;
     let services = agent.service_views_with(&backends)?;
     let counters = agent.counters()?;

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use lb_common::Counter;
+use lb_common::{Counter, CounterKind};
 
 use super::{BackendView, Histogram, ServiceView, Status};
 
@@ -99,24 +99,18 @@ pub fn render(s: &Snapshot<'_>) -> String {
         "Packets by XDP verdict (pass, tx, redirect, drop) and reason.",
     );
     for &(c, v) in s.counters {
-        if c == Counter::Packets {
-            sample(o, "lbd_xdp_packets_total", &[], v as f64);
-        } else {
-            let (verdict, reason) = verdict_reason(c);
-            sample(
+        match c.kind() {
+            CounterKind::Packets => sample(o, "lbd_xdp_packets_total", &[], v as f64),
+            CounterKind::Verdict { verdict, reason } => sample(
                 o,
                 "lbd_xdp_verdicts_total",
                 &[("verdict", verdict), ("reason", reason)],
                 v as f64,
-            );
+            ),
+            CounterKind::Event => {}
         }
     }
-    gauge(
-        o,
-        "lbd_conntrack_entries",
-        "Flows in the connection-tracking table.",
-        s.status.conntrack_entries as f64,
-    );
+    render_flow_tables(o, s);
 
     let per_vip: [Column<ServiceView>; 3] = [
         (
@@ -321,13 +315,91 @@ pub fn render(s: &Snapshot<'_>) -> String {
     out
 }
 
-/// Splits a counter's name into verdict and reason: `drop_no_route` → (`drop`,
-/// `no_route`); plain `tx` and `redirect` are forwarded packets.
-pub fn verdict_reason(c: Counter) -> (&'static str, &'static str) {
-    let name = c.name();
-    match name.split_once('_') {
-        Some((verdict, reason)) => (verdict, reason),
-        None => (name, "forwarded"),
+/// The flow tables: fill, capacity, admission events and `nat` releases.
+fn render_flow_tables(o: &mut String, s: &Snapshot<'_>) {
+    let t = &s.status.flow_tables;
+    gauge(
+        o,
+        "lbd_conntrack_entries",
+        "Established flows the node tracks (dsr conntrack and nat flows).",
+        s.status.conntrack_entries as f64,
+    );
+    family(
+        o,
+        "lbd_flow_table_entries",
+        "gauge",
+        "Entries in a flow table (established, embryonic, nat).",
+    );
+    family(
+        o,
+        "lbd_flow_table_capacity",
+        "gauge",
+        "Size of a flow table (node.conntrack_entries, embryonic_entries, nat_entries).",
+    );
+    for (table, fill) in [
+        ("established", t.conntrack),
+        ("embryonic", t.embryonic),
+        ("nat", t.nat),
+    ] {
+        let labels = [("table", table)];
+        sample(o, "lbd_flow_table_entries", &labels, fill.entries as f64);
+        sample(o, "lbd_flow_table_capacity", &labels, fill.capacity as f64);
+    }
+    let event = |c: Counter| {
+        s.counters
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0.0, |(_, v)| *v as f64)
+    };
+    for (name, help, c) in [
+        (
+            "lbd_conntrack_embryonic_created_total",
+            "Flows admitted as half-open by a SYN or a first UDP datagram.",
+            Counter::EmbryonicCreated,
+        ),
+        (
+            "lbd_conntrack_promoted_total",
+            "Half-open flows established by their second packet.",
+            Counter::EmbryonicPromoted,
+        ),
+        (
+            "lbd_conntrack_non_syn_miss_total",
+            "dsr TCP packets that were not a SYN and had no flow: forwarded by the table, no state made.",
+            Counter::NonSynMiss,
+        ),
+        (
+            "lbd_conntrack_identity_mismatch_total",
+            "Flow entries ignored because their backend id now belongs to another service or generation.",
+            Counter::IdentityMismatch,
+        ),
+    ] {
+        family(o, name, "counter", help);
+        sample(o, name, &[], event(c));
+    }
+    family(
+        o,
+        "lbd_conntrack_embryonic_evicted_total",
+        "counter",
+        "Half-open flows that left the embryonic table unpromoted (estimate).",
+    );
+    sample(
+        o,
+        "lbd_conntrack_embryonic_evicted_total",
+        &[],
+        t.embryonic_evicted as f64,
+    );
+    family(
+        o,
+        "lbd_nat_released_total",
+        "counter",
+        "nat ports released, by how their flow ended (fin, rst, timeout).",
+    );
+    for (reason, n) in [
+        ("fin", t.nat_released.fin),
+        ("rst", t.nat_released.rst),
+        ("timeout", t.nat_released.timeout),
+    ] {
+        sample(o, "lbd_nat_released_total", &[("reason", reason)], n as f64);
     }
 }
 

@@ -10,6 +10,7 @@ pub mod histogram;
 pub mod metrics;
 pub mod server;
 
+pub use crate::dataplane::maps::Fill;
 use serde::{Deserialize, Serialize};
 
 pub use histogram::Histogram;
@@ -67,8 +68,40 @@ pub struct Status {
     pub last_reconcile: Option<ReconcileRecord>,
     /// Table rebuilds done for fade-in ramps.
     pub fade_in_rebuilds: u64,
-    /// Conntrack entries (established flows the node tracks).
+    /// Conntrack entries (established flows the node tracks: `dsr` and `nat`).
     pub conntrack_entries: u64,
+    /// Fill of each flow table, and `nat` ports released.
+    #[serde(default)]
+    pub flow_tables: FlowTablesStatus,
+}
+
+/// How full the flow tables are, and how `nat` ports were released.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FlowTablesStatus {
+    /// Established `dsr` flows (`node.conntrack_entries`).
+    pub conntrack: Fill,
+    /// Half-open flows (`node.embryonic_entries`, split over CPUs).
+    pub embryonic: Fill,
+    /// `nat` ports in use (`node.nat_entries`).
+    pub nat: Fill,
+    /// `nat` ports released since the data plane was loaded, by how their flow ended:
+    /// `fin`, `rst`, `timeout` (taken over by the data plane, or swept by lbd).
+    pub nat_released: NatReleased,
+    /// Half-open flows that left the embryonic table without being promoted (evicted
+    /// by newer ones, or replaced by a retransmission that chose again), estimated as
+    /// created − promoted − present.
+    pub embryonic_evicted: u64,
+}
+
+/// `nat` ports released, by how their flow ended.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NatReleased {
+    /// Both FINs (and the final ACK or TIME_WAIT).
+    pub fin: u64,
+    /// A RST.
+    pub rst: u64,
+    /// A timeout (SYN unanswered, idle, stuck closing).
+    pub timeout: u64,
 }
 
 /// One source of services or endpoints.

@@ -143,7 +143,7 @@ impl Agent {
                 source,
             })?;
         }
-        let mut dataplane = KernelDataplane::load_with_pins(pin_dir.as_deref())?;
+        let mut dataplane = KernelDataplane::load_sized(pin_dir.as_deref(), &config.flow_tables)?;
         let mut programmer = Programmer::default();
         programmer.set_answer_ping(config.node.answer_ping);
         let adopted = programmer.adopt(dataplane.maps())?;
@@ -202,6 +202,7 @@ impl Agent {
             }
             AttachOutcome::Attached => {}
         }
+        dataplane.finish_migration()?;
         Ok(Self {
             dataplane,
             programmer,

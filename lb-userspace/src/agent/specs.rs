@@ -255,10 +255,17 @@ pub fn global_config(config: &ValidConfig) -> GlobalConfig {
         flags: 0,
         nat_port_first: node.nat_ports.first,
         nat_port_count: count.min(u32::from(u16::MAX)) as u16,
-        _pad: 0,
+        nat_cpus: possible_cpus(),
         nat_v4: nat_of(false),
         nat_v6: nat_of(true),
+        nat_timeouts: config.flow_tables.nat_timeouts,
     }
+}
+
+/// The kernel's possible CPUs (what per-CPU maps are sized for), or 1 if unknown: the
+/// NAT port range is split into that many slices.
+fn possible_cpus() -> u32 {
+    aya::util::nr_cpus().map_or(1, |n| n.max(1) as u32)
 }
 
 /// Backends the node forwards to (dsr and nat): their neighbours must stay resolved.

@@ -11,6 +11,7 @@ use lb_userspace::{
     },
     agent::Agent,
     config,
+    dataplane::natsweep::{SWEEP_INTERVAL, SweeperThread},
     filestamp::FileStamp,
     l7::node::L7Node,
 };
@@ -67,7 +68,19 @@ fn run(args: Args) -> anyhow::Result<()> {
         agent.config().services.len()
     );
     let mut l7 = L7Node::default();
-    let stop = run_until_shutdown(&mut agent, &mut l7, &args.config, Instant::now())?;
+    // Ports of ended nat flows are released on a thread of its own.
+    let sweeper = SweeperThread::spawn(agent.dataplane().maps(), SWEEP_INTERVAL)
+        .map_err(|e| log::warn!("nat sweeper not started: {e}"))
+        .ok();
+    let sweep_stats = sweeper.as_ref().map(SweeperThread::stats);
+    let stop = run_until_shutdown(
+        &mut agent,
+        &mut l7,
+        &args.config,
+        Instant::now(),
+        sweep_stats,
+    )?;
+    drop(sweeper);
     // HTTP requests in flight finish before the process goes.
     l7.shutdown();
     log_counters(&agent);
@@ -115,6 +128,7 @@ fn run_until_shutdown(
     l7: &mut L7Node,
     path: &std::path::Path,
     started: Instant,
+    nat_sweep: Option<std::sync::Arc<lb_userspace::dataplane::natsweep::SweepStats>>,
 ) -> anyhow::Result<Stop> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -137,6 +151,7 @@ fn run_until_shutdown(
             generation: 1,
             config_error: None,
             l7: None,
+            nat_sweep,
         };
         let (queries, mut asked) = tokio::sync::mpsc::channel(64);
         let (counted_tx, mut counted_rx) = tokio::sync::mpsc::unbounded_channel();

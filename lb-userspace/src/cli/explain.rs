@@ -80,15 +80,30 @@ fn describe(e: &Explanation, name: Option<&str>) -> String {
             backend,
             backend_port,
             backend_id,
+            table,
             nat_port,
+            nat_state,
+            nat_expires_in_ms,
             ..
         } => {
             let nat = nat_port.map_or_else(String::new, |p| format!(", NAT source port {p}"));
+            let state = match (nat_state, nat_expires_in_ms) {
+                (Some(s), Some(ms)) => format!("; port state {s}, released in {ms} ms if idle"),
+                _ => String::new(),
+            };
             format!(
-                "established: conntrack pins it to backend {} (id {backend_id}{nat})",
+                "established: the {} table pins it to backend {} (id {backend_id}{nat}){state}",
+                table.name(),
                 with_port(*backend, *backend_port)
             )
         }
+        Decision::Embryonic {
+            backend,
+            backend_id,
+            ..
+        } => format!(
+            "half-open: its first packet chose backend {backend} (id {backend_id}); its next packet pins it"
+        ),
         Decision::Table {
             backend,
             backend_port,
@@ -98,10 +113,23 @@ fn describe(e: &Explanation, name: Option<&str>) -> String {
             table_size,
             list_index,
             list_len,
-        } => format!(
-            "new flow: hash {hash:#010x} -> slot {slot} of {table_size} -> list index {list_index} of {list_len} -> backend {} (id {backend_id})",
-            with_port(*backend, *backend_port)
-        ),
+            stale_entry,
+            syn_only,
+        } => {
+            let mut d = format!(
+                "new flow: hash {hash:#010x} -> slot {slot} of {table_size} -> list index {list_index} of {list_len} -> backend {} (id {backend_id})",
+                with_port(*backend, *backend_port)
+            );
+            if *syn_only {
+                d.push_str("; only a SYN opens it, other packets without a flow are dropped");
+            } else if e.flow.protocol == crate::explain::Protocol::Tcp {
+                d.push_str("; a SYN opens it, other packets go there without state");
+            }
+            if *stale_entry {
+                d.push_str(" (an entry of an earlier owner of this backend id is ignored)");
+            }
+            d
+        }
     };
     text.push_str(&format!("decision {decision}\n"));
     text

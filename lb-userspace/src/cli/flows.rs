@@ -1,4 +1,5 @@
-//! `lbctl flows`: the conntrack table, read from the pinned map.
+//! `lbctl flows`: the flow tables (established `dsr` flows, `nat` flows with their
+//! TCP state, optionally the half-open ones), read from the pinned maps.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -6,7 +7,7 @@ use serde::Serialize;
 
 use super::{Context, Outcome, Table};
 use crate::{
-    dataplane::{MapRead as _, from_addr16},
+    dataplane::{FlowTable, MapRead as _, from_addr16},
     explain::{Flow, Protocol},
 };
 
@@ -22,6 +23,9 @@ pub struct Args {
     /// Print at most this many flows (0: all).
     #[arg(long, default_value_t = 1000)]
     limit: usize,
+    /// Also list half-open flows (a SYN or one datagram so far; the embryonic table).
+    #[arg(long)]
+    embryonic: bool,
 }
 
 /// One established flow.
@@ -34,7 +38,11 @@ struct FlowRow {
     backend_id: u32,
     service_id: u32,
     service: Option<String>,
+    /// `established`, `embryonic` or `nat`.
+    table: FlowTable,
     nat_port: Option<u16>,
+    /// `nat` flows: the TCP state of the flow's port (`syn_sent`, `established`, …).
+    nat_state: Option<&'static str>,
 }
 
 /// What `flows` prints: how many matched, and the first `limit` of them.
@@ -61,7 +69,17 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
     let names = ctx.service_names();
     let mut matched = 0;
     let mut rows = Vec::new();
-    for (key, entry) in maps.flows().map_err(|e| e.to_string())? {
+    let mut all = maps.flows().map_err(|e| e.to_string())?;
+    if args.embryonic {
+        all.extend(
+            maps.embryonic_flows()
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(k, e)| (FlowTable::Embryonic, k, e)),
+        );
+    }
+    let config = maps.global_config().map_err(|e| e.to_string())?;
+    for (table, key, entry) in all {
         let Some(flow) = Flow::from_key(&key) else {
             continue;
         };
@@ -70,11 +88,8 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
         {
             continue;
         }
-        let backend = from_addr16(
-            maps.backend(entry.backend_id)
-                .map_err(|e| e.to_string())?
-                .addr,
-        );
+        let record = maps.backend(entry.backend_id).map_err(|e| e.to_string())?;
+        let backend = from_addr16(record.addr);
         if args.backend.is_some_and(|b| b != backend) {
             continue;
         }
@@ -88,9 +103,18 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
             vip: flow.dst,
             backend,
             backend_id: entry.backend_id,
-            service_id: entry.service_id,
-            service: names.get(&entry.service_id).cloned(),
+            service_id: u32::from(entry.service_id),
+            service: names.get(&u32::from(entry.service_id)).cloned(),
+            table,
             nat_port: (entry.nat_port_be != 0).then(|| u16::from_be(entry.nat_port_be)),
+            nat_state: if table == FlowTable::Nat {
+                let reply = crate::explain::nat_reply_key(&config, &key, &record, &entry);
+                maps.nat_reply(&reply)
+                    .map_err(|e| e.to_string())?
+                    .map(|r| lb_common::NatState::from_u8(r.state).name())
+            } else {
+                None
+            },
         });
     }
     rows.sort_by_key(|r| (r.vip, r.client));
@@ -99,7 +123,9 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
         flows: rows,
     };
     ctx.print(&out, || {
-        let mut t = Table::new(&["PROTO", "CLIENT", "VIP", "SERVICE", "BACKEND", "NAT_PORT"]);
+        let mut t = Table::new(&[
+            "PROTO", "CLIENT", "VIP", "SERVICE", "BACKEND", "TABLE", "NAT_PORT", "STATE",
+        ]);
         for r in &out.flows {
             t.row(vec![
                 r.protocol.to_string(),
@@ -109,7 +135,9 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
                     .clone()
                     .unwrap_or_else(|| format!("#{}", r.service_id)),
                 r.backend.to_string(),
+                r.table.name().into(),
                 r.nat_port.map_or_else(|| "-".into(), |p| p.to_string()),
+                r.nat_state.unwrap_or("-").into(),
             ]);
         }
         let mut text = t.render();

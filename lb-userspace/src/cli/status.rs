@@ -3,6 +3,16 @@
 use super::{Context, Outcome};
 use crate::admin::Status;
 
+/// `entries of capacity (percent%)`.
+fn fill(f: &crate::admin::Fill) -> String {
+    let pct = if f.capacity == 0 {
+        0.0
+    } else {
+        f.entries as f64 * 100.0 / f.capacity as f64
+    };
+    format!("{} of {} ({pct:.1}%)", f.entries, f.capacity)
+}
+
 /// Prints lbd's status.
 pub fn run(ctx: &Context) -> Outcome {
     let s: Status = ctx.get("/v1/status")?;
@@ -44,6 +54,25 @@ pub fn run(ctx: &Context) -> Outcome {
             ),
             ("services", s.services.to_string()),
             ("conntrack", format!("{} flows", s.conntrack_entries)),
+            ("  established", fill(&s.flow_tables.conntrack)),
+            (
+                "  half-open",
+                format!(
+                    "{} ({} evicted before their handshake completed)",
+                    fill(&s.flow_tables.embryonic),
+                    s.flow_tables.embryonic_evicted
+                ),
+            ),
+            (
+                "  nat ports",
+                format!(
+                    "{} (released: {} fin, {} rst, {} timeout)",
+                    fill(&s.flow_tables.nat),
+                    s.flow_tables.nat_released.fin,
+                    s.flow_tables.nat_released.rst,
+                    s.flow_tables.nat_released.timeout
+                ),
+            ),
             ("reconciles", s.reconciles.to_string()),
             ("last reconcile", last),
             ("fade-in rebuilds", s.fade_in_rebuilds.to_string()),

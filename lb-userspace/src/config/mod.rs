@@ -2,11 +2,13 @@
 //! validated once into typed values. Every error names the file, the line and the field.
 
 mod error;
+mod flows;
 mod model;
 
 use std::{collections::HashSet, path::Path};
 
 pub use error::ConfigError;
+pub use flows::{FlowTables, NatTimeoutsConfig};
 pub use model::{
     BackendConfig, Config, DurationText, EndpointSlicesConfig, EtcdConfig, FadeInConfig,
     ForwardingModeConfig, HealthCheckConfig, HealthCheckKind, NodeConfig, PortSpec, Protocol,
@@ -20,6 +22,8 @@ pub struct ValidConfig {
     pub node: NodeConfig,
     /// Services in file order; each has a unique (VIP, port, protocol).
     pub services: Vec<ServiceConfig>,
+    /// Flow-table sizes and `nat` timeouts, validated from `node`.
+    pub flow_tables: FlowTables,
 }
 
 /// Reads, parses and validates a config file.
@@ -178,6 +182,14 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
     if let Err((field, problem)) = raw.node.l7.limits() {
         return Err(node_invalid(&field, problem));
     }
+    let node = &raw.node;
+    let flow_tables = flows::validate(
+        node.conntrack_entries,
+        node.embryonic_entries,
+        node.nat_entries,
+        &node.nat_timeouts,
+    )
+    .map_err(|(field, problem)| node_invalid(&field, problem))?;
     if services.len() > lb_common::maps::MAX_SERVICES as usize {
         return Err(ConfigError::Invalid {
             file: file.to_owned(),
@@ -200,6 +212,7 @@ fn validate(raw: Config, text: &str, file: &str) -> Result<ValidConfig, ConfigEr
     Ok(ValidConfig {
         node: raw.node,
         services,
+        flow_tables,
     })
 }
 

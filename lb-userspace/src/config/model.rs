@@ -44,9 +44,30 @@ pub struct NodeConfig {
     /// does not open connections from: its replies are taken over by XDP.
     #[serde(default)]
     pub nat_addresses: Vec<IpAddr>,
-    /// Source ports for `nat` services (default 20000-59999).
+    /// Source ports for `nat` services (default 20000-59999). Each backend address and
+    /// port has the whole range to itself.
     #[serde(default)]
     pub nat_ports: PortRange,
+    /// Established `dsr` flows the data plane can pin (default 1048576): one LRU
+    /// shared by every CPU; when full, the least recently used established flow goes
+    /// (its next packet is then forwarded by the table, like Katran's). Only a flow's
+    /// second packet enters it, so spoofed SYNs and datagrams never evict from it.
+    #[serde(default = "default_conntrack_entries")]
+    pub conntrack_entries: u32,
+    /// Half-open flows (a SYN, or one UDP datagram, and nothing since; default
+    /// 262144). An LRU with one list per CPU: each possible CPU holds
+    /// `embryonic_entries / CPUs` of them, so a SYN flood on one CPU churns only its
+    /// own share.
+    #[serde(default = "default_embryonic_entries")]
+    pub embryonic_entries: u32,
+    /// `nat` flows the node can hold (default 262144): each takes one entry in each of
+    /// the two `nat` maps (plain hashes, never evicted). When full, new `nat` flows are
+    /// dropped (`drop_nat_table_full`); established ones are untouched.
+    #[serde(default = "default_nat_entries")]
+    pub nat_entries: u32,
+    /// How long a `nat` flow holds its port, by TCP state (`[node.nat_timeouts]`).
+    #[serde(default)]
+    pub nat_timeouts: super::flows::NatTimeoutsConfig,
     /// Where lbd keeps state that must survive restarts (fade-in start times); default
     /// `/var/lib/lbd`. An empty string keeps it in memory only.
     #[serde(default = "default_state_dir")]
@@ -105,6 +126,18 @@ pub struct EtcdConfig {
     /// Client key (PEM) for mutual TLS.
     #[serde(default)]
     pub key_file: String,
+}
+
+fn default_conntrack_entries() -> u32 {
+    lb_common::maps::CONNTRACK_ENTRIES
+}
+
+fn default_embryonic_entries() -> u32 {
+    lb_common::maps::EMBRYONIC_ENTRIES
+}
+
+fn default_nat_entries() -> u32 {
+    lb_common::maps::NAT_ENTRIES
 }
 
 fn default_etcd_prefix() -> String {

@@ -27,9 +27,11 @@ pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 12] = [
+pub const PINNED_MAPS: [&str; 14] = [
     names::ECHO_ADDRS,
     names::NAT,
+    names::NAT_FLOWS,
+    names::EMBRYONIC,
     names::PROGS,
     names::VIPS,
     names::BACKENDS,
@@ -74,6 +76,9 @@ pub struct KernelDataplane {
     ebpf: Ebpf,
     link: Attachment,
     maps: MapSet,
+    /// Pinned flow tables of another shape, copied into this program's maps (see
+    /// [`KernelDataplane::finish_migration`]).
+    migration: Option<super::migrate::Migration>,
     /// Tail-call targets; kept open so the entries stay while this process runs.
     _progs: ProgramArray<MapData>,
 }
@@ -104,12 +109,37 @@ impl KernelDataplane {
     /// # Errors
     /// As `load`, plus a pin directory that cannot be created.
     pub fn load_with_pins(pin_dir: Option<&Path>) -> Result<Self, DataplaneError> {
+        Self::load_sized(pin_dir, &config::FlowTables::default())
+    }
+
+    /// Like [`KernelDataplane::load_with_pins`], with the flow tables sized as
+    /// `tables` says. A pinned flow table of another size or kind is replaced by a
+    /// new one holding its entries (see `migrate.rs`); call
+    /// [`KernelDataplane::finish_migration`] once the program is attached.
+    ///
+    /// # Errors
+    /// As `load`, plus a pin directory that cannot be created or a pinned table that
+    /// cannot be moved aside.
+    pub fn load_sized(
+        pin_dir: Option<&Path>,
+        tables: &config::FlowTables,
+    ) -> Result<Self, DataplaneError> {
         let mut loader = EbpfLoader::new();
+        loader
+            .map_max_entries(names::CONNTRACK, tables.conntrack_entries)
+            .map_max_entries(names::EMBRYONIC, tables.embryonic_entries)
+            .map_max_entries(names::NAT, tables.nat_entries)
+            .map_max_entries(names::NAT_FLOWS, tables.nat_entries);
+        let mut migration = None;
         if let Some(dir) = pin_dir {
             std::fs::create_dir_all(dir).map_err(|source| DataplaneError::Program {
                 action: format!("creating pin directory {}", dir.display()),
                 source: Box::new(source),
             })?;
+            let m = super::migrate::Migration::prepare(dir, tables)?;
+            if !m.is_empty() {
+                migration = Some(m);
+            }
             for name in PINNED_MAPS {
                 loader.map_pin_path(name, dir.join(name));
             }
@@ -149,12 +179,32 @@ impl KernelDataplane {
                 .set(slot, fd, 0)
                 .map_err(map_error("set", names::PROGS))?;
         }
+        let mut maps = MapSet::take(&mut ebpf)?;
+        if let Some(m) = &migration {
+            let copied = m.copy(&mut maps)?;
+            log::info!("copied {copied} flows from pinned tables of another shape");
+        }
         Ok(Self {
-            maps: MapSet::take(&mut ebpf)?,
+            maps,
             _progs: progs,
             ebpf,
             link: Attachment::None,
+            migration,
         })
+    }
+
+    /// After the program is attached: copies the flows the previous program admitted
+    /// since loading, and releases the pinned tables it replaced. Nothing to do unless
+    /// a table changed shape.
+    ///
+    /// # Errors
+    /// A map read failed or an old pin could not be removed.
+    pub fn finish_migration(&mut self) -> Result<(), DataplaneError> {
+        if let Some(m) = self.migration.take() {
+            let copied = m.finish(&mut self.maps)?;
+            log::info!("copied {copied} more flows; the replaced flow tables are released");
+        }
+        Ok(())
     }
 
     /// The pass-everything program from the same object, loaded on first use: the

@@ -9,11 +9,11 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use lb_common::{
-    AddrKey, Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, TrafficStats, VipInfo,
-    VipKey, maps::names,
+    AddrKey, Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, TableChunk,
+    TrafficStats, VipInfo, VipKey, maps::names,
 };
 
-use super::{DataplaneError, MapRead};
+use super::{DataplaneError, FlowTable, MapRead};
 
 /// Every map lbd reads or writes, except the tail-call array.
 pub struct MapSet {
@@ -22,6 +22,9 @@ pub struct MapSet {
     pub(super) lists: Array<MapData, u32>,
     pub(super) chunks: Array<MapData, TableChunk>,
     pub(super) conntrack: HashMap<MapData, FlowKey, FlowEntry>,
+    pub(super) embryonic: HashMap<MapData, FlowKey, FlowEntry>,
+    pub(super) nat_flows: HashMap<MapData, FlowKey, FlowEntry>,
+    pub(super) nat: HashMap<MapData, FlowKey, NatEntry>,
     pub(super) config: Array<MapData, GlobalConfig>,
     pub(super) counters: PerCpuArray<MapData, u64>,
     pub(super) vip_stats: PerCpuArray<MapData, TrafficStats>,
@@ -95,6 +98,9 @@ impl MapSet {
             lists: typed(source, names::SERVICE_BACKENDS)?,
             chunks: typed(source, names::TABLE_CHUNKS)?,
             conntrack: typed(source, names::CONNTRACK)?,
+            embryonic: typed(source, names::EMBRYONIC)?,
+            nat_flows: typed(source, names::NAT_FLOWS)?,
+            nat: typed(source, names::NAT)?,
             config: typed(source, names::CONFIG)?,
             counters: typed(source, names::COUNTERS)?,
             vip_stats: typed(source, names::VIP_STATS)?,
@@ -142,71 +148,204 @@ impl MapSet {
         sum_stats(&self.backend_stats, backend_id, names::BACKEND_STATS)
     }
 
-    /// Every conntrack entry. The map changes while it is walked, so this is a close
+    /// Every established flow: the `dsr` conntrack entries, then the `nat` flows,
+    /// each with its table. The maps change while they are walked, so this is a close
     /// snapshot, not an atomic one.
     ///
     /// # Errors
-    /// The walk failed.
-    pub fn flows(&self) -> Result<Vec<(FlowKey, FlowEntry)>, DataplaneError> {
+    /// A walk failed.
+    pub fn flows(&self) -> Result<Vec<(FlowTable, FlowKey, FlowEntry)>, DataplaneError> {
         let mut out = Vec::new();
-        walk_flows(&self.conntrack, |key, entry| out.push((key, entry)))?;
+        for (table, map) in [
+            (FlowTable::Established, &self.conntrack),
+            (FlowTable::Nat, &self.nat_flows),
+        ] {
+            walk(map, table.map_name(), |key, entry| {
+                out.push((table, key, entry));
+            })?;
+        }
         Ok(out)
     }
 
-    /// Conntrack entries per backend id and in all (one walk of the map).
+    /// Every half-open flow (embryonic table).
     ///
     /// # Errors
     /// The walk failed.
-    pub fn flow_counts(&self) -> Result<FlowCounts, DataplaneError> {
-        count_flows(&self.conntrack)
+    pub fn embryonic_flows(&self) -> Result<Vec<(FlowKey, FlowEntry)>, DataplaneError> {
+        let mut out = Vec::new();
+        walk(&self.embryonic, names::EMBRYONIC, |key, entry| {
+            out.push((key, entry));
+        })?;
+        Ok(out)
     }
 
-    /// A second handle to the conntrack map, so that a walk — whose cost grows with
-    /// the table, up to a million entries — can run on another thread than the one
+    /// Every `nat` reply entry (who owns each NAT port, in which state).
+    ///
+    /// # Errors
+    /// The walk failed.
+    pub fn nat_entries(&self) -> Result<Vec<(FlowKey, NatEntry)>, DataplaneError> {
+        let mut out = Vec::new();
+        walk(&self.nat, names::NAT, |key, entry| out.push((key, entry)))?;
+        Ok(out)
+    }
+
+    /// Flows per backend id and in all, with the fill of every flow table (one walk
+    /// of each).
+    ///
+    /// # Errors
+    /// A walk failed.
+    pub fn flow_counts(&self) -> Result<FlowCounts, DataplaneError> {
+        self.reader()?.counts()
+    }
+
+    /// Handles of their own to the flow tables, so that a walk — whose cost grows with
+    /// the tables, up to millions of entries — can run on another thread than the one
     /// that programs the data plane.
     ///
     /// # Errors
     /// The kernel refused a new handle.
     pub fn conntrack_reader(&self) -> Result<ConntrackReader, DataplaneError> {
-        use aya::maps::IterableMap as _;
-        let open = map_error("reopen", names::CONNTRACK);
-        let id = self.conntrack.map().info().map_err(open)?.id();
-        let open = map_error("reopen", names::CONNTRACK);
-        let data = MapData::from_id(id).map_err(open)?;
-        let map = Map::from_map_data(data).map_err(map_error("reopen", names::CONNTRACK))?;
-        Ok(ConntrackReader(
-            HashMap::try_from(map).map_err(map_error("reopen", names::CONNTRACK))?,
-        ))
+        self.reader()
     }
 
-    /// Number of conntrack entries (walks the keys).
+    fn reader(&self) -> Result<ConntrackReader, DataplaneError> {
+        Ok(ConntrackReader {
+            conntrack: reopen(&self.conntrack, names::CONNTRACK)?,
+            embryonic: reopen(&self.embryonic, names::EMBRYONIC)?,
+            nat_flows: reopen(&self.nat_flows, names::NAT_FLOWS)?,
+            nat: reopen(&self.nat, names::NAT)?,
+        })
+    }
+
+    /// Number of established flows (`dsr` conntrack and `nat`; walks the keys).
     pub fn flow_count(&self) -> usize {
         self.conntrack.keys().filter(Result::is_ok).count()
+            + self.nat_flows.keys().filter(Result::is_ok).count()
     }
 
-    /// Removes a flow's conntrack entry, so its next packet is a new flow again.
+    /// Removes a flow's entries (established, embryonic and `nat` client side), so its
+    /// next packet is a new flow again.
     ///
     /// # Errors
     /// The map update failed (a missing entry is not an error).
     pub fn forget_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
-        match self.conntrack.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(map_error("remove", names::CONNTRACK)(source)),
+        for (map, name) in [
+            (&mut self.conntrack, names::CONNTRACK),
+            (&mut self.embryonic, names::EMBRYONIC),
+            (&mut self.nat_flows, names::NAT_FLOWS),
+        ] {
+            match map.remove(key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(source) => return Err(map_error("remove", name)(source)),
+            }
         }
+        Ok(())
+    }
+
+    /// Writes a flow-table entry as the data plane would (fixtures use it to stage
+    /// stale or foreign entries).
+    ///
+    /// # Errors
+    /// The map update failed.
+    pub fn put_flow(
+        &mut self,
+        table: FlowTable,
+        key: &FlowKey,
+        entry: FlowEntry,
+    ) -> Result<(), DataplaneError> {
+        let name = table.map_name();
+        self.flow_map_mut(name)
+            .insert(key, entry, 0)
+            .map_err(map_error("insert", name))
+    }
+
+    /// A flow table by map name (conntrack, embryonic, `nat` flows), writable.
+    pub(super) fn flow_map_mut(&mut self, name: &str) -> &mut HashMap<MapData, FlowKey, FlowEntry> {
+        match name {
+            names::EMBRYONIC => &mut self.embryonic,
+            names::NAT_FLOWS => &mut self.nat_flows,
+            _ => &mut self.conntrack,
+        }
+    }
+
+    /// The `nat` reply map, writable.
+    pub(super) fn nat_map_mut(&mut self) -> &mut HashMap<MapData, FlowKey, NatEntry> {
+        &mut self.nat
+    }
+
+    /// A flow's established (`dsr`) conntrack entry.
+    pub(super) fn conntrack_entry(&self, key: &FlowKey) -> Option<FlowEntry> {
+        self.conntrack.get(key, 0).ok()
+    }
+
+    /// Handles of their own to the `nat` maps (the sweeper's).
+    pub(super) fn nat_handles(&self) -> Result<NatHandles, DataplaneError> {
+        Ok((
+            reopen(&self.nat_flows, names::NAT_FLOWS)?,
+            reopen(&self.nat, names::NAT)?,
+        ))
+    }
+
+    /// The `nat` maps, writable.
+    pub(super) fn nat_maps(
+        &mut self,
+    ) -> (
+        &mut HashMap<MapData, FlowKey, FlowEntry>,
+        &mut HashMap<MapData, FlowKey, NatEntry>,
+    ) {
+        (&mut self.nat_flows, &mut self.nat)
     }
 }
 
-/// Conntrack entries per backend id, and in all.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FlowCounts {
-    /// Entries per backend id.
-    pub per_backend: std::collections::HashMap<u32, u64>,
-    /// Entries in all.
-    pub total: u64,
+/// The `nat` client-side and reply maps.
+pub(super) type NatHandles = (
+    HashMap<MapData, FlowKey, FlowEntry>,
+    HashMap<MapData, FlowKey, NatEntry>,
+);
+
+/// A second handle to a hash map, opened by id.
+fn reopen<K: aya::Pod, V: aya::Pod>(
+    map: &HashMap<MapData, K, V>,
+    name: &'static str,
+) -> Result<HashMap<MapData, K, V>, DataplaneError> {
+    use aya::maps::IterableMap as _;
+    let id = map.map().info().map_err(map_error("reopen", name))?.id();
+    let data = MapData::from_id(id).map_err(map_error("reopen", name))?;
+    let map = Map::from_map_data(data).map_err(map_error("reopen", name))?;
+    HashMap::try_from(map).map_err(map_error("reopen", name))
 }
 
-/// A handle to the conntrack map of its own (see [`MapSet::conntrack_reader`]).
-pub struct ConntrackReader(HashMap<MapData, FlowKey, FlowEntry>);
+/// How full a flow table is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Fill {
+    /// Entries in it.
+    pub entries: u64,
+    /// Its `max_entries`.
+    pub capacity: u64,
+}
+
+/// Established flows per backend id and in all, and the fill of every flow table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowCounts {
+    /// Established flows (`dsr` and `nat`) per backend id.
+    pub per_backend: std::collections::HashMap<u32, u64>,
+    /// Established flows in all (`dsr` conntrack plus `nat` flows).
+    pub total: u64,
+    /// The `dsr` established-flow table.
+    pub conntrack: Fill,
+    /// The half-open flow table.
+    pub embryonic: Fill,
+    /// The `nat` reply map (one entry per NAT port in use).
+    pub nat: Fill,
+}
+
+/// Handles of their own to the flow tables (see [`MapSet::conntrack_reader`]).
+pub struct ConntrackReader {
+    conntrack: HashMap<MapData, FlowKey, FlowEntry>,
+    embryonic: HashMap<MapData, FlowKey, FlowEntry>,
+    nat_flows: HashMap<MapData, FlowKey, FlowEntry>,
+    nat: HashMap<MapData, FlowKey, NatEntry>,
+}
 
 impl std::fmt::Debug for ConntrackReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -215,36 +354,69 @@ impl std::fmt::Debug for ConntrackReader {
 }
 
 impl ConntrackReader {
-    /// Conntrack entries per backend id and in all (one walk of the map).
+    /// Established flows per backend id and in all, and every table's fill (one walk
+    /// of each table).
     ///
     /// # Errors
-    /// The walk failed.
+    /// A walk failed.
     pub fn counts(&self) -> Result<FlowCounts, DataplaneError> {
-        count_flows(&self.0)
+        let mut counts = FlowCounts::default();
+        for (map, name, fill) in [
+            (&self.conntrack, names::CONNTRACK, 0),
+            (&self.nat_flows, names::NAT_FLOWS, 1),
+        ] {
+            let mut n = 0;
+            walk(map, name, |_, entry: FlowEntry| {
+                *counts.per_backend.entry(entry.backend_id).or_default() += 1;
+                n += 1;
+            })?;
+            counts.total += n;
+            if fill == 0 {
+                counts.conntrack = Fill {
+                    entries: n,
+                    capacity: capacity(map, name)?,
+                };
+            }
+        }
+        let mut n = 0;
+        walk(&self.embryonic, names::EMBRYONIC, |_, _| n += 1)?;
+        counts.embryonic = Fill {
+            entries: n,
+            capacity: capacity(&self.embryonic, names::EMBRYONIC)?,
+        };
+        let mut n = 0;
+        walk(&self.nat, names::NAT, |_, _| n += 1)?;
+        counts.nat = Fill {
+            entries: n,
+            capacity: capacity(&self.nat, names::NAT)?,
+        };
+        Ok(counts)
     }
 }
 
-fn count_flows(map: &HashMap<MapData, FlowKey, FlowEntry>) -> Result<FlowCounts, DataplaneError> {
-    let mut counts = FlowCounts::default();
-    walk_flows(map, |_, entry| {
-        *counts.per_backend.entry(entry.backend_id).or_default() += 1;
-        counts.total += 1;
-    })?;
-    Ok(counts)
+/// A map's `max_entries`.
+fn capacity<K: aya::Pod, V: aya::Pod>(
+    map: &HashMap<MapData, K, V>,
+    name: &'static str,
+) -> Result<u64, DataplaneError> {
+    use aya::maps::IterableMap as _;
+    let info = map.map().info().map_err(map_error("info", name))?;
+    Ok(u64::from(info.max_entries()))
 }
 
-/// Calls `each` for every conntrack entry. The map changes while it is walked, so this
-/// is a close snapshot, not an atomic one.
-fn walk_flows(
-    map: &HashMap<MapData, FlowKey, FlowEntry>,
-    mut each: impl FnMut(FlowKey, FlowEntry),
+/// Calls `each` for every entry of a flow map. The map changes while it is walked, so
+/// this is a close snapshot, not an atomic one.
+fn walk<V: aya::Pod>(
+    map: &HashMap<MapData, FlowKey, V>,
+    name: &'static str,
+    mut each: impl FnMut(FlowKey, V),
 ) -> Result<(), DataplaneError> {
     for item in map.iter() {
         match item {
             Ok((key, entry)) => each(key, entry),
             // An entry evicted between reading its key and its value.
             Err(aya::maps::MapError::KeyNotFound) => {}
-            Err(source) => return Err(map_error("iterate", names::CONNTRACK)(source)),
+            Err(source) => return Err(map_error("iterate", name)(source)),
         }
     }
     Ok(())
@@ -285,8 +457,17 @@ impl MapRead for MapSet {
         found(self.vips.get(key, 0), "get", names::VIPS)
     }
 
-    fn flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
-        found(self.conntrack.get(key, 0), "get", names::CONNTRACK)
+    fn flow(&self, table: FlowTable, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
+        let map = match table {
+            FlowTable::Established => &self.conntrack,
+            FlowTable::Embryonic => &self.embryonic,
+            FlowTable::Nat => &self.nat_flows,
+        };
+        found(map.get(key, 0), "get", table.map_name())
+    }
+
+    fn nat_reply(&self, key: &FlowKey) -> Result<Option<NatEntry>, DataplaneError> {
+        found(self.nat.get(key, 0), "get", names::NAT)
     }
 
     fn global_config(&self) -> Result<GlobalConfig, DataplaneError> {

@@ -2,10 +2,12 @@
 
 use std::collections::HashMap;
 
-use lb_common::{Backend, Counter, FlowEntry, FlowKey, GlobalConfig, TableChunk, VipInfo, VipKey};
+use lb_common::{
+    Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, TableChunk, VipInfo, VipKey,
+};
 
 use super::{
-    DataplaneError, MapOps, MapRead,
+    DataplaneError, FlowTable, MapOps, MapRead,
     select::{TableChoice, table_choice},
 };
 
@@ -24,8 +26,10 @@ pub struct MemoryDataplane {
     pub chunks: HashMap<u32, TableChunk>,
     /// Addresses whose echo requests are answered.
     pub echo: std::collections::BTreeSet<[u8; 16]>,
-    /// Conntrack entries (the control plane never writes them; tests may).
-    pub flows: HashMap<FlowKey, FlowEntry>,
+    /// Flow-table entries (the control plane never writes them; tests may).
+    pub flows: HashMap<(FlowTable, FlowKey), FlowEntry>,
+    /// `nat` reply entries (likewise).
+    pub nat: HashMap<FlowKey, NatEntry>,
     /// Operation names in call order.
     pub log: Vec<&'static str>,
 }
@@ -107,8 +111,12 @@ impl MapRead for MemoryDataplane {
         Ok(self.vips.get(key).copied())
     }
 
-    fn flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
-        Ok(self.flows.get(key).copied())
+    fn flow(&self, table: FlowTable, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
+        Ok(self.flows.get(&(table, *key)).copied())
+    }
+
+    fn nat_reply(&self, key: &FlowKey) -> Result<Option<NatEntry>, DataplaneError> {
+        Ok(self.nat.get(key).copied())
     }
 
     fn global_config(&self) -> Result<GlobalConfig, DataplaneError> {

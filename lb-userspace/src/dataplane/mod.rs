@@ -8,6 +8,8 @@
 pub mod kernel;
 pub mod maps;
 pub mod memory;
+mod migrate;
+pub mod natsweep;
 pub mod neighbour;
 pub mod pool;
 mod programmer;
@@ -16,7 +18,8 @@ pub mod select;
 use std::net::IpAddr;
 
 use lb_common::{
-    Backend, Counter, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, TableChunk, VipInfo, VipKey,
+    Backend, Counter, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, TableChunk,
+    VipInfo, VipKey,
 };
 pub use programmer::{ApplyReport, Programmer};
 
@@ -111,8 +114,10 @@ pub trait MapRead {
     fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>, DataplaneError>;
     /// One VIP entry, if present.
     fn vip(&self, key: &VipKey) -> Result<Option<VipInfo>, DataplaneError>;
-    /// A flow's conntrack entry, if present.
-    fn flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError>;
+    /// A flow's entry in one of the flow tables, if present.
+    fn flow(&self, table: FlowTable, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError>;
+    /// A `nat` reply entry (the owner of a NAT port), if present.
+    fn nat_reply(&self, key: &FlowKey) -> Result<Option<NatEntry>, DataplaneError>;
     /// Node-wide settings (the hash seed).
     fn global_config(&self) -> Result<GlobalConfig, DataplaneError>;
     /// A backend by id.
@@ -123,6 +128,65 @@ pub trait MapRead {
     fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError>;
     /// Addresses whose echo requests are answered.
     fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError>;
+}
+
+/// The data plane's flow tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowTable {
+    /// Established `dsr` flows (conntrack).
+    Established,
+    /// Flows that have sent only their first packet.
+    Embryonic,
+    /// `nat` flows (client side).
+    Nat,
+}
+
+impl FlowTable {
+    /// The pinned name of the table's map.
+    pub const fn map_name(self) -> &'static str {
+        match self {
+            Self::Established => lb_common::maps::names::CONNTRACK,
+            Self::Embryonic => lb_common::maps::names::EMBRYONIC,
+            Self::Nat => lb_common::maps::names::NAT_FLOWS,
+        }
+    }
+
+    /// Stable snake_case name, for the CLI.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Established => "established",
+            Self::Embryonic => "embryonic",
+            Self::Nat => "nat",
+        }
+    }
+}
+
+/// Whether a flow entry found under service `service_id` may reach `backend`: the
+/// data plane's identity check (`lb-ebpf/src/lookup.rs` `valid`), mirrored for
+/// `explain` and tests.
+pub fn entry_is_own(service_id: u32, entry: &FlowEntry, backend: &Backend) -> bool {
+    let service = service_id as u16;
+    entry.service_id == service
+        && backend.service_id == service
+        && backend.generation == entry.backend_gen
+}
+
+/// Now on `CLOCK_MONOTONIC`, in nanoseconds: the clock of the data plane's deadlines
+/// (`bpf_ktime_get_coarse_ns` reads the same clock, at jiffy resolution).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// The address a 16-byte data-plane address stands for.

@@ -111,6 +111,11 @@ impl RegionPool {
 }
 
 /// Ids `0..limit`, fresh ones first, freed ones reused oldest-first after quarantine.
+///
+/// Fresh-first means an id is reused only after every other id has been handed out
+/// once, so the id a draining flow points at stays its own for as long as possible;
+/// when it is reused anyway, the backend generation (see the programmer) keeps old
+/// flow entries from reaching the new owner.
 #[derive(Debug)]
 pub struct IdPool {
     next: u32,
@@ -118,6 +123,8 @@ pub struct IdPool {
     freed: VecDeque<(u32, Instant)>,
     /// Ids adopted from a previous agent, skipped when handing out fresh ones.
     reserved: HashSet<u32>,
+    /// Ids an earlier agent used and freed: not fresh, they wait in `freed`.
+    retired: HashSet<u32>,
 }
 
 impl IdPool {
@@ -128,6 +135,7 @@ impl IdPool {
             limit,
             freed: VecDeque::new(),
             reserved: HashSet::new(),
+            retired: HashSet::new(),
         }
     }
 
@@ -140,8 +148,9 @@ impl IdPool {
     pub fn alloc(&mut self, now: Instant) -> Option<u32> {
         while self.next < self.limit {
             self.next += 1;
-            if !self.reserved.contains(&(self.next - 1)) {
-                return Some(self.next - 1);
+            let id = self.next - 1;
+            if !self.reserved.contains(&id) && !self.retired.contains(&id) {
+                return Some(id);
             }
         }
         match self.freed.front() {
@@ -151,6 +160,19 @@ impl IdPool {
             }
             _ => None,
         }
+    }
+
+    /// Marks an id that an earlier agent used and nothing uses now: it is not handed
+    /// out as fresh, and waits in the freed queue (behind the ones already there) as
+    /// if freed at `freed_at`. Returns false if the id was in use or out of range.
+    pub fn retire(&mut self, id: u32, freed_at: Instant) -> bool {
+        if id >= self.limit || !self.reserved.insert(id) {
+            return false;
+        }
+        self.reserved.remove(&id);
+        self.retired.insert(id);
+        self.freed.push_back((id, freed_at + QUARANTINE));
+        true
     }
 
     /// Returns an id.
@@ -210,6 +232,23 @@ mod tests {
             (ids.alloc(t0), ids.alloc(t0), ids.alloc(t0)),
             (Some(1), Some(3), None)
         );
+    }
+
+    #[test]
+    fn retired_ids_are_reused_only_after_every_fresh_one() {
+        let t0 = Instant::now();
+        let mut ids = IdPool::new(4);
+        assert!(ids.reserve(0));
+        assert!(ids.retire(2, t0));
+        assert!(!ids.retire(0, t0), "in use");
+        assert!(!ids.retire(9, t0), "out of range");
+        let later = t0 + QUARANTINE;
+        assert_eq!(
+            (ids.alloc(later), ids.alloc(later), ids.alloc(later)),
+            (Some(1), Some(3), Some(2)),
+            "fresh 1 and 3 first, then the retired 2"
+        );
+        assert_eq!(ids.alloc(later), None);
     }
 
     #[test]

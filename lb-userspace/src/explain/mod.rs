@@ -1,15 +1,20 @@
 //! Which backend a flow goes to, and why, computed from the data plane's maps the way
-//! the XDP program decides: VIP lookup (exact port, then all-ports), then conntrack,
-//! then the service's Maglev table. `lbctl explain` prints this; tests hold it against
-//! the kernel's own choice.
+//! the XDP program decides: VIP lookup (exact port, then all-ports); for `dsr` the
+//! established table, then the embryonic one, then the service's Maglev table; for
+//! `nat` the `nat` flow table (with the state of the flow's port), then the table. An
+//! entry whose backend is no longer its own (service or generation) is ignored, as
+//! the kernel ignores it. `lbctl explain` prints this; tests hold it against the
+//! kernel's own choice.
 
 use std::net::{IpAddr, SocketAddr};
 
-use lb_common::{FlowKey, ForwardingMode, VipKey, maps::proto};
+use lb_common::{
+    Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatState, VipKey, maps::proto,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::dataplane::{
-    DataplaneError, MapRead, addr16, from_addr16,
+    DataplaneError, FlowTable, MapRead, addr16, entry_is_own, from_addr16,
     select::{TableChoice, table_choice},
 };
 
@@ -117,7 +122,7 @@ pub enum Decision {
     NotAVip,
     /// An `l7` service: passed to the stack, where lbd's HTTP proxy answers.
     PassL7,
-    /// The flow is established: conntrack pins it to a backend, whatever the table
+    /// The flow is established: a flow table pins it to a backend, whatever the table
     /// says now.
     Conntrack {
         /// The backend.
@@ -128,8 +133,27 @@ pub enum Decision {
         backend_id: u32,
         /// The service that admitted the flow.
         admitted_by_service: u32,
+        /// Which table: `established` (`dsr`) or `nat`.
+        table: FlowTable,
         /// `nat` mode: the node's source port for the flow.
         nat_port: Option<u16>,
+        /// `nat` mode: the TCP state of the flow's port (`syn_sent`, `established`,
+        /// `client_fin`, …).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nat_state: Option<String>,
+        /// `nat` mode: milliseconds until the port is released if nothing more is seen.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nat_expires_in_ms: Option<u64>,
+    },
+    /// A half-open flow: its first packet (SYN or datagram) chose this backend; its
+    /// next packet makes it established.
+    Embryonic {
+        /// The backend.
+        backend: IpAddr,
+        /// Its id.
+        backend_id: u32,
+        /// The service that admitted the flow.
+        admitted_by_service: u32,
     },
     /// A new flow: the seeded 5-tuple hash selects a slot of the service's table.
     Table {
@@ -149,6 +173,14 @@ pub enum Decision {
         list_index: u32,
         /// Backends in the list.
         list_len: u32,
+        /// A flow entry exists but belongs to an earlier owner of its backend id (or
+        /// another service): the data plane ignores it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stale_entry: bool,
+        /// `nat` mode: only a SYN (or a UDP datagram) makes a new flow; any other TCP
+        /// packet without a flow is dropped.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        syn_only: bool,
     },
     /// The service has no usable backend: new flows are dropped.
     NoBackend,
@@ -170,9 +202,121 @@ impl Explanation {
     /// The backend the flow goes to, if any.
     pub fn backend(&self) -> Option<IpAddr> {
         match self.decision {
-            Decision::Conntrack { backend, .. } | Decision::Table { backend, .. } => Some(backend),
+            Decision::Conntrack { backend, .. }
+            | Decision::Embryonic { backend, .. }
+            | Decision::Table { backend, .. } => Some(backend),
             _ => None,
         }
+    }
+}
+
+/// The decision for a `dsr` or `nat` flow: a pinned entry that is still its own, else
+/// the table's choice.
+fn pinned_or_table(
+    maps: &impl MapRead,
+    info: &lb_common::VipInfo,
+    key: &FlowKey,
+    nat: bool,
+) -> Result<Decision, DataplaneError> {
+    let tables: &[FlowTable] = if nat {
+        &[FlowTable::Nat]
+    } else {
+        &[FlowTable::Established, FlowTable::Embryonic]
+    };
+    let mut stale_entry = false;
+    for &table in tables {
+        let Some(entry) = maps.flow(table, key)? else {
+            continue;
+        };
+        let b = maps.backend(entry.backend_id)?;
+        if !entry_is_own(info.service_id, &entry, &b) {
+            stale_entry = true;
+            continue;
+        }
+        let admitted_by_service = u32::from(entry.service_id);
+        if table == FlowTable::Embryonic {
+            return Ok(Decision::Embryonic {
+                backend: from_addr16(b.addr),
+                backend_id: entry.backend_id,
+                admitted_by_service,
+            });
+        }
+        let (mut nat_state, mut nat_expires_in_ms) = (None, None);
+        if table == FlowTable::Nat {
+            let reply = nat_reply_key(&maps.global_config()?, key, &b, &entry);
+            if let Some(r) = maps.nat_reply(&reply)? {
+                nat_state = Some(NatState::from_u8(r.state).name().to_owned());
+                let left = r
+                    .expires_ns
+                    .saturating_sub(crate::dataplane::monotonic_ns());
+                nat_expires_in_ms = Some(left / 1_000_000);
+            }
+        }
+        return Ok(Decision::Conntrack {
+            backend: from_addr16(b.addr),
+            backend_port: port_of(&b),
+            backend_id: entry.backend_id,
+            admitted_by_service,
+            table,
+            nat_port: (entry.nat_port_be != 0).then(|| u16::from_be(entry.nat_port_be)),
+            nat_state,
+            nat_expires_in_ms,
+        });
+    }
+    let seed = maps.global_config()?.hash_seed;
+    let choice = table_choice(
+        info,
+        seed,
+        key,
+        |i| maps.list_entry(i).ok(),
+        |c| maps.table_chunk(c).ok(),
+    );
+    Ok(match choice {
+        Some(TableChoice {
+            hash,
+            slot,
+            list_index,
+            backend_id,
+        }) => {
+            let b = maps.backend(backend_id)?;
+            Decision::Table {
+                backend: from_addr16(b.addr),
+                backend_port: port_of(&b),
+                backend_id,
+                hash,
+                slot,
+                table_size: info.table_size,
+                list_index,
+                list_len: info.list_len,
+                stale_entry,
+                syn_only: nat && key.proto == proto::TCP,
+            }
+        }
+        None => Decision::NoBackend,
+    })
+}
+
+/// The key of a `nat` flow's reply entry: backend → the node's NAT address and the
+/// flow's port, as `lb-ebpf/src/nat.rs` builds it.
+pub fn nat_reply_key(
+    config: &GlobalConfig,
+    key: &FlowKey,
+    backend: &Backend,
+    entry: &FlowEntry,
+) -> FlowKey {
+    let v6 = !lb_common::maps::is_v4_mapped(&key.dst);
+    FlowKey {
+        src: backend.addr,
+        dst: if v6 { config.nat_v6 } else { config.nat_v4 },
+        src_port_be: if backend.port_be != 0 {
+            backend.port_be
+        } else {
+            key.dst_port_be
+        },
+        dst_port_be: entry.nat_port_be,
+        proto: key.proto,
+        _pad: 0,
+        _pad2: 0,
     }
 }
 
@@ -211,45 +355,8 @@ pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, Dataplane
     });
     let decision = if mode == Some(ForwardingMode::L7) {
         Decision::PassL7
-    } else if let Some(entry) = maps.flow(&key)? {
-        let b = maps.backend(entry.backend_id)?;
-        Decision::Conntrack {
-            backend: from_addr16(b.addr),
-            backend_port: port_of(&b),
-            backend_id: entry.backend_id,
-            admitted_by_service: entry.service_id,
-            nat_port: (entry.nat_port_be != 0).then(|| u16::from_be(entry.nat_port_be)),
-        }
     } else {
-        let seed = maps.global_config()?.hash_seed;
-        let choice = table_choice(
-            &info,
-            seed,
-            &key,
-            |i| maps.list_entry(i).ok(),
-            |c| maps.table_chunk(c).ok(),
-        );
-        match choice {
-            Some(TableChoice {
-                hash,
-                slot,
-                list_index,
-                backend_id,
-            }) => {
-                let b = maps.backend(backend_id)?;
-                Decision::Table {
-                    backend: from_addr16(b.addr),
-                    backend_port: port_of(&b),
-                    backend_id,
-                    hash,
-                    slot,
-                    table_size: info.table_size,
-                    list_index,
-                    list_len: info.list_len,
-                }
-            }
-            None => Decision::NoBackend,
-        }
+        pinned_or_table(maps, &info, &key, mode == Some(ForwardingMode::Nat))?
     };
     Ok(Explanation {
         flow,

@@ -90,7 +90,7 @@ fn conntrack_wins_over_the_table() {
         .map(|(id, _)| *id)
         .expect("second backend");
     dp.flows.insert(
-        flow.key(),
+        (FlowTable::Nat, flow.key()),
         FlowEntry {
             backend_id: other,
             service_id: 0,
@@ -106,10 +106,74 @@ fn conntrack_wins_over_the_table() {
             backend_port: None,
             backend_id: other,
             admitted_by_service: 0,
+            table: FlowTable::Nat,
             nat_port: Some(30000),
+            nat_state: None,
+            nat_expires_in_ms: None,
         }
     );
     assert_ne!(e.backend(), table);
+}
+
+#[test]
+fn entries_of_an_earlier_owner_are_ignored_like_the_kernel_does() {
+    let mut dp = programmed(&[spec(
+        "web",
+        80,
+        ForwardingMode::Dsr,
+        &[backend(1), backend(2)],
+    )]);
+    let flow = tcp(4343, 80);
+    let table = explain(&dp, flow).expect("explain").backend();
+    let (&id, record) = dp.backends.iter().next().expect("a backend");
+    let stale = FlowEntry {
+        backend_id: id,
+        service_id: 0,
+        backend_gen: record.generation.wrapping_add(1),
+        ..FlowEntry::default()
+    };
+    dp.flows.insert((FlowTable::Established, flow.key()), stale);
+    let e = explain(&dp, flow).expect("explain");
+    assert!(
+        matches!(
+            e.decision,
+            Decision::Table {
+                stale_entry: true,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.backend(), table);
+    // The same entry under another service id is not its own either.
+    let other_service = FlowEntry {
+        backend_gen: record.generation,
+        service_id: 7,
+        ..stale
+    };
+    dp.flows
+        .insert((FlowTable::Established, flow.key()), other_service);
+    let e = explain(&dp, flow).expect("explain");
+    assert!(matches!(
+        e.decision,
+        Decision::Table {
+            stale_entry: true,
+            ..
+        }
+    ));
+    // Its own: pinned. Half-open only: embryonic.
+    let own = FlowEntry {
+        service_id: 0,
+        ..other_service
+    };
+    dp.flows.insert((FlowTable::Established, flow.key()), own);
+    let e = explain(&dp, flow).expect("explain");
+    assert!(matches!(e.decision, Decision::Conntrack { .. }), "{e:?}");
+    dp.flows.clear();
+    dp.flows.insert((FlowTable::Embryonic, flow.key()), own);
+    let e = explain(&dp, flow).expect("explain");
+    assert!(matches!(e.decision, Decision::Embryonic { .. }), "{e:?}");
+    assert_eq!(e.backend(), Some(from_addr16(record.addr)));
 }
 
 #[test]

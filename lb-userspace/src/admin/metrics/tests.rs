@@ -30,6 +30,26 @@ fn status() -> Status {
         }),
         fade_in_rebuilds: 4,
         conntrack_entries: 7,
+        flow_tables: crate::admin::FlowTablesStatus {
+            conntrack: crate::admin::Fill {
+                entries: 5,
+                capacity: 1024,
+            },
+            embryonic: crate::admin::Fill {
+                entries: 9,
+                capacity: 2048,
+            },
+            nat: crate::admin::Fill {
+                entries: 2,
+                capacity: 4096,
+            },
+            nat_released: crate::admin::NatReleased {
+                fin: 11,
+                rst: 3,
+                timeout: 8,
+            },
+            embryonic_evicted: 13,
+        },
     }
 }
 
@@ -77,6 +97,7 @@ fn renders_counters_gauges_labels_and_histogram() {
         (Counter::Packets, 12),
         (Counter::DropNoRoute, 2),
         (Counter::Tx, 10),
+        (Counter::NonSynMiss, 4),
     ];
     let l7 = crate::l7::stats::L7Snapshot {
         services: vec![crate::l7::stats::L7ServiceStats {
@@ -117,6 +138,12 @@ fn renders_counters_gauges_labels_and_histogram() {
         "lbd_backend_healthy{service=\"web\",vip=\"198.18.0.100:80/tcp\",backend=\"198.18.1.1\"} 0",
         "lbd_source_up{kind=\"endpointslices\",location=\"/var/run/\\\"slices\\\"\"} 0",
         "lbd_conntrack_entries 7",
+        "lbd_flow_table_entries{table=\"embryonic\"} 9",
+        "lbd_flow_table_capacity{table=\"nat\"} 4096",
+        "lbd_conntrack_embryonic_evicted_total 13",
+        "lbd_nat_released_total{reason=\"rst\"} 3",
+        "lbd_conntrack_non_syn_miss_total 4",
+        "lbd_conntrack_promoted_total 0",
         "lbd_source_revision{kind=\"endpointslices\",location=\"/var/run/\\\"slices\\\"\"} 42",
         "lbd_source_rejected{kind=\"endpointslices\",location=\"/var/run/\\\"slices\\\"\"} 1",
         "lbd_last_reconcile_success 0",
@@ -155,14 +182,27 @@ fn renders_counters_gauges_labels_and_histogram() {
 }
 
 #[test]
-fn every_counter_has_a_verdict_and_a_reason() {
+fn every_verdict_counter_has_a_verdict_and_a_reason() {
     for c in Counter::ALL.iter().skip(1) {
-        let (verdict, reason) = verdict_reason(*c);
-        assert!(
-            ["pass", "tx", "redirect", "drop"].contains(&verdict),
-            "{}: {verdict}",
-            c.name()
-        );
-        assert!(!reason.is_empty());
+        match c.kind() {
+            lb_common::CounterKind::Verdict { verdict, reason } => {
+                assert!(
+                    ["pass", "tx", "redirect", "drop"].contains(&verdict),
+                    "{}: {verdict}",
+                    c.name()
+                );
+                assert!(!reason.is_empty());
+            }
+            lb_common::CounterKind::Event => {}
+            lb_common::CounterKind::Packets => panic!("{} after Packets", c.name()),
+        }
     }
+    // NAT replies and ICMP errors sent with XDP_TX are `tx`, with their own reason.
+    assert!(matches!(
+        Counter::TxNatReply.kind(),
+        lb_common::CounterKind::Verdict {
+            verdict: "tx",
+            reason: "nat_reply"
+        }
+    ));
 }

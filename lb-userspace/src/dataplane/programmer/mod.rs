@@ -5,6 +5,13 @@
 //! update), then the old regions are released into quarantine. Unchanged services cost
 //! nothing. Backend ids are stable for a (service, address) pair, so conntrack entries
 //! keep pointing at the same backend across every change.
+//!
+//! Identity: each backend record carries its service and a generation, bumped whenever
+//! an id goes to a new (service, address); flow entries record both, and the data
+//! plane ignores an entry whose backend is no longer its own. Ids are handed out fresh
+//! first, and a restarted agent rebuilds from the pinned records which ids were used
+//! (and at which generation), so it neither hands out an id that draining flows still
+//! use as if it were fresh nor repeats a generation.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -15,8 +22,8 @@ use std::{
 use lb_common::{
     Backend, TableChunk, VipInfo, VipKey,
     maps::{
-        BACKEND_F_IPV6, MAX_BACKENDS, MAX_BACKENDS_PER_SERVICE, MAX_SERVICES, MAX_TABLE_SIZE,
-        SERVICE_BACKEND_SLOTS, TABLE_CHUNK_SLOTS, TABLE_CHUNKS,
+        BACKEND_F_IPV6, BACKEND_F_NO_NEW, MAX_BACKENDS, MAX_BACKENDS_PER_SERVICE, MAX_SERVICES,
+        MAX_TABLE_SIZE, SERVICE_BACKEND_SLOTS, TABLE_CHUNK_SLOTS, TABLE_CHUNKS,
     },
 };
 
@@ -65,6 +72,10 @@ pub struct ApplyReport {
 pub struct Programmer {
     services: HashMap<VipKey, Programmed>,
     backend_ids: HashMap<(VipKey, IpAddr), u32>,
+    /// The record last written for each backend id ever used, kept after the id is
+    /// freed: its generation decides the next owner's, and a drained backend keeps
+    /// its address for the flows still pinned to it.
+    records: HashMap<u32, Backend>,
     service_ids: IdPool,
     backend_id_pool: IdPool,
     lists: RegionPool,
@@ -81,6 +92,7 @@ impl Default for Programmer {
         Self {
             services: HashMap::new(),
             backend_ids: HashMap::new(),
+            records: HashMap::new(),
             service_ids: IdPool::new(MAX_SERVICES),
             backend_id_pool: IdPool::new(MAX_BACKENDS),
             lists: RegionPool::new(SERVICE_BACKEND_SLOTS, 1),
@@ -120,6 +132,9 @@ impl Programmer {
     /// # Errors
     /// A map read failed, or the maps are inconsistent (overlapping regions).
     pub fn adopt(&mut self, maps: &impl MapRead) -> Result<usize, DataplaneError> {
+        fn now_for_adopt() -> Instant {
+            Instant::now()
+        }
         self.echo = maps.echo_addrs()?.into_iter().collect();
         let vips = maps.vips()?;
         for (key, info) in &vips {
@@ -182,7 +197,32 @@ impl Programmer {
                 },
             );
         }
+        self.adopt_records(maps, now_for_adopt())?;
         Ok(vips.len())
+    }
+
+    /// Reads every backend record a previous agent left: ids in use keep their
+    /// record; ids used before and free now are retired (reused only after every fresh
+    /// id, at the next generation), so a restart never hands out as fresh an id that
+    /// draining flows may still point at.
+    fn adopt_records(&mut self, maps: &impl MapRead, now: Instant) -> Result<(), DataplaneError> {
+        let in_use: std::collections::HashSet<u32> = self.backend_ids.values().copied().collect();
+        for id in 0..MAX_BACKENDS {
+            let record = maps.backend(id)?;
+            if record == Backend::default() {
+                continue;
+            }
+            self.records.insert(id, record);
+            if !in_use.contains(&id) {
+                self.backend_id_pool.retire(id, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// The record last written for a backend id, if any.
+    pub fn record(&self, id: u32) -> Option<&Backend> {
+        self.records.get(&id)
     }
 
     /// Makes the data plane serve exactly `specs`.
@@ -226,6 +266,7 @@ impl Programmer {
                 self.service_ids.free(old.info.service_id, now);
                 for addr in &old.backends {
                     if let Some(id) = self.backend_ids.remove(&(key, *addr)) {
+                        self.drain(ops, id)?;
                         self.backend_id_pool.free(id, now);
                     }
                 }
@@ -301,27 +342,36 @@ impl Programmer {
         };
         let mut backend_ids = Vec::with_capacity(n);
         for (i, &addr) in spec.backends.iter().enumerate() {
-            let id = match self.backend_ids.get(&(spec.key, addr)) {
-                Some(&id) => id,
+            let (id, generation) = match self.backend_ids.get(&(spec.key, addr)) {
+                Some(&id) => (id, self.records.get(&id).map_or(0, |r| r.generation)),
                 None => {
                     let id = self
                         .backend_id_pool
                         .alloc(now)
                         .ok_or_else(|| exhausted(spec, "backend ids", MAX_BACKENDS))?;
                     self.backend_ids.insert((spec.key, addr), id);
-                    id
+                    // A new owner of an id used before: flows of the old owner must
+                    // not match this one.
+                    let generation = self
+                        .records
+                        .get(&id)
+                        .map_or(0, |r| r.generation.wrapping_add(1));
+                    (id, generation)
                 }
             };
-            let flags = if addr.is_ipv6() { BACKEND_F_IPV6 } else { 0 };
-            ops.put_backend(
-                id,
-                Backend {
-                    addr: addr16(addr),
-                    flags,
-                    port_be: spec.ports.get(i).copied().unwrap_or(0).to_be(),
-                    service_id,
-                },
-            )?;
+            let mut flags = if addr.is_ipv6() { BACKEND_F_IPV6 } else { 0 };
+            if spec.weights.get(i) == Some(&0) {
+                flags |= BACKEND_F_NO_NEW;
+            }
+            let record = Backend {
+                addr: addr16(addr),
+                flags,
+                port_be: spec.ports.get(i).copied().unwrap_or(0).to_be(),
+                service_id: service_id as u16,
+                generation,
+            };
+            ops.put_backend(id, record)?;
+            self.records.insert(id, record);
             backend_ids.push(id);
         }
         let list_base = if n == 0 {
@@ -364,6 +414,7 @@ impl Programmer {
             self.release(old, now);
             for addr in old.backends.iter().filter(|a| !spec.backends.contains(a)) {
                 if let Some(id) = self.backend_ids.remove(&(spec.key, *addr)) {
+                    self.drain(ops, id)?;
                     self.backend_id_pool.free(id, now);
                 }
             }
@@ -385,6 +436,19 @@ impl Programmer {
                 spec: spec.clone(),
             },
         );
+        Ok(())
+    }
+
+    /// Marks a removed backend as taking no new flows: its established flows continue
+    /// (its record stays until the id has a new owner), and a SYN that finds one of its
+    /// stale entries chooses again.
+    fn drain(&mut self, ops: &mut impl MapOps, id: u32) -> Result<(), DataplaneError> {
+        if let Some(record) = self.records.get_mut(&id)
+            && record.flags & BACKEND_F_NO_NEW == 0
+        {
+            record.flags |= BACKEND_F_NO_NEW;
+            ops.put_backend(id, *record)?;
+        }
         Ok(())
     }
 

@@ -1,0 +1,649 @@
+//! Flow admission and lifetime through BPF_PROG_TEST_RUN: which packets may create
+//! state, how a half-open flow becomes established, that entries of an earlier owner of
+//! a backend id are ignored, and how a `nat` flow's port follows TCP's states until it
+//! is released. Each fixture checks the verdict, the output bytes, the counters the
+//! packet moved (verdicts and events) and the flow tables it left behind.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use lb_common::{Counter, FlowEntry, FlowKey, ForwardingMode, NatState};
+use lb_testbed::{
+    fixture::{
+        CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, Outcome, XdpRig, action, backend,
+    },
+    is_root,
+    packet::{
+        Packet, TCP, UDP,
+        flags::{ACK, FIN, PSH, RST, SYN},
+    },
+    rng::Rng,
+};
+use lb_userspace::{
+    config::FlowTables,
+    dataplane::{FlowTable, MapRead as _, ServiceSpec, addr16, natsweep::NatSweeper, vip_key},
+};
+
+const SEED: u32 = 0x5eed;
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
+const DSR_PORT: u16 = 80;
+const NAT_PORT: u16 = 8080;
+
+fn svc(port: u16, proto: u8, mode: ForwardingMode, backends: Vec<IpAddr>) -> ServiceSpec {
+    ServiceSpec {
+        name: format!("svc-{port}"),
+        key: vip_key(VIP.into(), port, proto),
+        mode,
+        backends,
+        table_size: None,
+        weights: Vec::new(),
+        ports: Vec::new(),
+    }
+}
+
+fn three() -> Vec<IpAddr> {
+    (0..3).map(|i| backend(i).0).collect()
+}
+
+/// A rig with a dsr service (port 80, TCP and UDP) and a nat service (port 8080).
+fn rig_with(tables: &FlowTables) -> XdpRig {
+    let mut rig = XdpRig::load_sized(SEED, None, tables);
+    rig.set_nat(30000, 1000);
+    rig.program(svc(DSR_PORT, TCP, ForwardingMode::Dsr, three()));
+    rig.program(svc(DSR_PORT, UDP, ForwardingMode::Dsr, three()));
+    rig.program(svc(NAT_PORT, TCP, ForwardingMode::Nat, three()));
+    rig
+}
+
+fn rig() -> XdpRig {
+    rig_with(&FlowTables::default())
+}
+
+fn tcp(sport: u16, dport: u16, tcp_flags: u8) -> Packet {
+    let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+    Packet::tcp4(eth, CLIENT_ADDR, sport, VIP, dport, b"data").with_tcp_flags(tcp_flags)
+}
+
+fn tcp_from(src: Ipv4Addr, sport: u16, dport: u16, tcp_flags: u8) -> Packet {
+    let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+    Packet::tcp4(eth, src, sport, VIP, dport, b"").with_tcp_flags(tcp_flags)
+}
+
+fn key(src: Ipv4Addr, sport: u16, dport: u16, proto: u8) -> FlowKey {
+    FlowKey {
+        src: addr16(src.into()),
+        dst: addr16(VIP.into()),
+        src_port_be: sport.to_be(),
+        dst_port_be: dport.to_be(),
+        proto,
+        _pad: 0,
+        _pad2: 0,
+    }
+}
+
+fn mac_of(addr: IpAddr) -> [u8; 6] {
+    (0..4)
+        .map(backend)
+        .find(|(a, _)| *a == addr)
+        .map(|(_, m)| m)
+        .unwrap_or_else(|| panic!("{addr} has no neighbour entry"))
+}
+
+/// A dsr forward: exactly the MACs changed, towards `to`.
+fn assert_dsr_to(out: &Outcome, input: &[u8], to: IpAddr) {
+    let mut want = input.to_vec();
+    want[0..6].copy_from_slice(&mac_of(to));
+    want[6..12].copy_from_slice(&HOST_MAC);
+    assert_eq!(out.bytes, want, "only the MACs change, to {to}");
+}
+
+fn entry(rig: &XdpRig, table: FlowTable, key: &FlowKey) -> Option<FlowEntry> {
+    rig.dataplane
+        .maps()
+        .flow(table, key)
+        .expect("read flow table")
+}
+
+fn table_fill(rig: &XdpRig) -> (usize, usize, usize) {
+    let maps = rig.dataplane.maps();
+    let established = maps.flows().expect("flows").len();
+    let embryonic = maps.embryonic_flows().expect("embryonic").len();
+    let nat = maps.nat_entries().expect("nat").len();
+    (established, embryonic, nat)
+}
+
+#[test]
+fn a_syn_is_half_open_until_its_ack_establishes_it() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let k = key(CLIENT_ADDR, 41000, DSR_PORT, TCP);
+        let to = rig.expected_backend(&vip, &k);
+        let syn = tcp(41000, DSR_PORT, SYN);
+        let out = rig.expect_events(
+            &syn.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::EmbryonicCreated],
+        );
+        assert_dsr_to(&out, &syn.bytes, to);
+        assert!(entry(&rig, FlowTable::Embryonic, &k).is_some());
+        assert!(entry(&rig, FlowTable::Established, &k).is_none());
+        // The handshake's ACK: same backend, now established.
+        let ack = tcp(41000, DSR_PORT, ACK);
+        let out = rig.expect_events(
+            &ack.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::EmbryonicPromoted],
+        );
+        assert_dsr_to(&out, &ack.bytes, to);
+        let e = entry(&rig, FlowTable::Established, &k).expect("established");
+        assert!(
+            entry(&rig, FlowTable::Embryonic, &k).is_none(),
+            "moved, not copied"
+        );
+        let record = rig.dataplane.maps().backend(e.backend_id).expect("backend");
+        assert_eq!(
+            IpAddr::from(
+                std::net::Ipv6Addr::from(record.addr)
+                    .to_ipv4_mapped()
+                    .expect("v4")
+            ),
+            to
+        );
+        assert_eq!(
+            (e.service_id, e.backend_gen),
+            (record.service_id, record.generation)
+        );
+        // Data packets after that touch no table.
+        let data = tcp(41000, DSR_PORT, ACK | PSH);
+        let out = rig.expect_events(&data.bytes, action::TX, Counter::Tx, &[]);
+        assert_dsr_to(&out, &data.bytes, to);
+        // A second UDP datagram establishes a UDP flow the same way.
+        let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+        let dgram = Packet::udp4(eth, CLIENT_ADDR, 41001, VIP, DSR_PORT, b"q");
+        rig.expect_events(
+            &dgram.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::EmbryonicCreated],
+        );
+        rig.expect_events(
+            &dgram.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::EmbryonicPromoted],
+        );
+        rig.expect_events(&dgram.bytes, action::TX, Counter::Tx, &[]);
+        let u = key(CLIENT_ADDR, 41001, DSR_PORT, UDP);
+        assert!(entry(&rig, FlowTable::Established, &u).is_some());
+    });
+}
+
+#[test]
+fn a_retransmitted_syn_keeps_its_first_choice() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        // Find a flow whose table choice changes when a fourth backend joins.
+        let mut four = three();
+        four.push(backend(3).0);
+        let (sport, first) = (42000..43000u16)
+            .find_map(|sport| {
+                let k = key(CLIENT_ADDR, sport, DSR_PORT, TCP);
+                let before = rig.expected_backend(&vip, &k);
+                let out = rig.run(&tcp(sport, DSR_PORT, SYN).bytes);
+                assert_eq!(out.action, action::TX);
+                rig.program(svc(DSR_PORT, TCP, ForwardingMode::Dsr, four.clone()));
+                let after = rig.expected_backend(&vip, &k);
+                rig.program(svc(DSR_PORT, TCP, ForwardingMode::Dsr, three()));
+                (before != after).then_some((sport, before))
+            })
+            .expect("a flow that moves");
+        rig.program(svc(DSR_PORT, TCP, ForwardingMode::Dsr, four));
+        let syn = tcp(sport, DSR_PORT, SYN);
+        let out = rig.expect_events(&syn.bytes, action::TX, Counter::Tx, &[]);
+        assert_dsr_to(&out, &syn.bytes, first);
+    });
+}
+
+#[test]
+fn packets_that_are_not_a_syn_create_no_state() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        // dsr: forwarded by the table as it is now, nothing remembered.
+        for (i, f) in [ACK, ACK | PSH, FIN | ACK, RST, SYN | ACK]
+            .into_iter()
+            .enumerate()
+        {
+            let sport = 43000 + i as u16;
+            let p = tcp(sport, DSR_PORT, f);
+            let out = rig.expect_events(&p.bytes, action::TX, Counter::Tx, &[Counter::NonSynMiss]);
+            let k = key(CLIENT_ADDR, sport, DSR_PORT, TCP);
+            assert_dsr_to(&out, &p.bytes, rig.expected_backend(&vip, &k));
+        }
+        // nat: no translation exists, so the packet is dropped and claims no port.
+        for f in [ACK, ACK | PSH, FIN | ACK, RST, SYN | ACK] {
+            let p = tcp(43100, NAT_PORT, f);
+            let out = rig.expect_events(&p.bytes, action::DROP, Counter::DropNatNoFlow, &[]);
+            assert_eq!(out.bytes, p.bytes);
+        }
+        assert_eq!(table_fill(&rig), (0, 0, 0), "no table holds anything");
+        // A flood of spoofed ACKs from random sources at both services: nothing
+        // stored, every packet counted.
+        let mut rng = Rng(0xac6);
+        for i in 0..20_000u32 {
+            let src = Ipv4Addr::from(0xc612_0000 | (rng.next_u64() as u32 & 0xffff));
+            let port = if i % 2 == 0 { DSR_PORT } else { NAT_PORT };
+            let p = tcp_from(src, rng.next_u64() as u16 | 1024, port, ACK);
+            rig.run(&p.bytes);
+        }
+        assert_eq!(table_fill(&rig), (0, 0, 0), "the flood left no state");
+        assert_eq!(rig.counter(Counter::NonSynMiss), 5 + 10_000);
+        assert_eq!(rig.counter(Counter::DropNatNoFlow), 5 + 10_000);
+    });
+}
+
+#[test]
+fn a_syn_flood_cannot_evict_or_move_established_flows() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        // Small tables: the flood is 16 times the conntrack size and 64 times the
+        // embryonic one.
+        let tables = FlowTables {
+            conntrack_entries: 4096,
+            embryonic_entries: 1024,
+            ..FlowTables::default()
+        };
+        let mut rig = rig_with(&tables);
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let held: Vec<(u16, IpAddr)> = (0..64u16)
+            .map(|i| {
+                let sport = 44000 + i;
+                let to = rig.expected_backend(&vip, &key(CLIENT_ADDR, sport, DSR_PORT, TCP));
+                rig.run(&tcp(sport, DSR_PORT, SYN).bytes);
+                rig.run(&tcp(sport, DSR_PORT, ACK).bytes);
+                (sport, to)
+            })
+            .collect();
+        let mut rng = Rng(0x5f100d);
+        for _ in 0..65_536 {
+            let src = Ipv4Addr::from(0xc613_0000 | (rng.next_u64() as u32 & 0xffff));
+            let out = rig.run(&tcp_from(src, rng.next_u64() as u16 | 1, DSR_PORT, SYN).bytes);
+            assert_eq!(out.action, action::TX);
+        }
+        let (established, embryonic, _) = table_fill(&rig);
+        assert_eq!(established, 64, "only the held flows are established");
+        assert!(
+            embryonic <= 1024,
+            "the flood stays in the embryonic table: {embryonic}"
+        );
+        // The table changes under the held flows: they stay where they were.
+        rig.program(svc(DSR_PORT, TCP, ForwardingMode::Dsr, vec![backend(3).0]));
+        for (sport, to) in held {
+            let p = tcp(sport, DSR_PORT, ACK | PSH);
+            let out = rig.expect_events(&p.bytes, action::TX, Counter::Tx, &[]);
+            assert_dsr_to(&out, &p.bytes, to);
+        }
+    });
+}
+
+#[test]
+fn an_entry_of_an_earlier_owner_is_ignored() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let k = key(CLIENT_ADDR, 45000, DSR_PORT, TCP);
+        rig.run(&tcp(45000, DSR_PORT, SYN).bytes);
+        rig.run(&tcp(45000, DSR_PORT, ACK).bytes);
+        let own = entry(&rig, FlowTable::Established, &k).expect("established");
+        let table = rig.expected_backend(&vip, &k);
+        // Point the entry at another backend id of an earlier generation, as if the
+        // id had been given to a new owner since the flow was admitted.
+        let other = (0..3)
+            .map(|i| backend(i).0)
+            .find(|b| *b != table)
+            .expect("another backend");
+        let other_id = rig
+            .programmer
+            .service(&vip)
+            .expect("svc")
+            .backends
+            .iter()
+            .position(|b| *b == other)
+            .expect("listed");
+        let other_id = rig.programmer.service(&vip).expect("svc").backend_ids[other_id];
+        let record = rig.dataplane.maps().backend(other_id).expect("record");
+        let stale = FlowEntry {
+            backend_id: other_id,
+            backend_gen: record.generation.wrapping_sub(1),
+            ..own
+        };
+        rig.dataplane
+            .maps_mut()
+            .put_flow(FlowTable::Established, &k, stale)
+            .expect("stage");
+        let p = tcp(45000, DSR_PORT, ACK | PSH);
+        let out = rig.expect_events(
+            &p.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::IdentityMismatch, Counter::NonSynMiss],
+        );
+        assert_dsr_to(&out, &p.bytes, table);
+        assert!(
+            entry(&rig, FlowTable::Established, &k).is_none(),
+            "the stale entry is gone"
+        );
+        // Another service's id in the entry is a mismatch too; a SYN then starts anew.
+        let foreign = FlowEntry {
+            backend_id: other_id,
+            backend_gen: record.generation,
+            service_id: own.service_id + 1,
+            ..own
+        };
+        rig.dataplane
+            .maps_mut()
+            .put_flow(FlowTable::Established, &k, foreign)
+            .expect("stage");
+        let syn = tcp(45000, DSR_PORT, SYN);
+        let out = rig.expect_events(
+            &syn.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::IdentityMismatch, Counter::EmbryonicCreated],
+        );
+        assert_dsr_to(&out, &syn.bytes, table);
+    });
+}
+
+#[test]
+fn a_syn_on_a_flow_of_a_draining_backend_chooses_again() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let (sport, first) = (46000..47000u16)
+            .map(|s| {
+                (
+                    s,
+                    rig.expected_backend(&vip, &key(CLIENT_ADDR, s, DSR_PORT, TCP)),
+                )
+            })
+            .find(|(_, b)| *b == backend(0).0)
+            .expect("a flow on backend 0");
+        rig.run(&tcp(sport, DSR_PORT, SYN).bytes);
+        rig.run(&tcp(sport, DSR_PORT, ACK).bytes);
+        // Backend 0 leaves: its established flow drains there...
+        rig.program(svc(
+            DSR_PORT,
+            TCP,
+            ForwardingMode::Dsr,
+            vec![backend(1).0, backend(2).0],
+        ));
+        let data = tcp(sport, DSR_PORT, ACK | PSH);
+        let out = rig.expect_events(&data.bytes, action::TX, Counter::Tx, &[]);
+        assert_dsr_to(&out, &data.bytes, first);
+        // ...but a SYN on the same 5-tuple is a new connection: the table decides.
+        let syn = tcp(sport, DSR_PORT, SYN);
+        let out = rig.expect_events(
+            &syn.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::EmbryonicCreated],
+        );
+        let now = rig.expected_backend(&vip, &key(CLIENT_ADDR, sport, DSR_PORT, TCP));
+        assert_ne!(now, first);
+        assert_dsr_to(&out, &syn.bytes, now);
+    });
+}
+
+/// The reply key of a nat flow whose forwarded packet is `out` (backend → NAT port).
+fn reply_key(out: &Outcome) -> FlowKey {
+    let b = &out.bytes;
+    FlowKey {
+        src: addr16(IpAddr::from([b[30], b[31], b[32], b[33]])),
+        dst: addr16(NAT_ADDR.into()),
+        src_port_be: u16::from_be_bytes([b[36], b[37]]).to_be(),
+        dst_port_be: u16::from_be_bytes([b[34], b[35]]).to_be(),
+        proto: TCP,
+        _pad: 0,
+        _pad2: 0,
+    }
+}
+
+/// The backend's packet of the flow `out` was forwarded as, with `tcp_flags`.
+fn from_backend(out: &Outcome, tcp_flags: u8) -> Packet {
+    let b = &out.bytes;
+    let eth = Packet::eth(
+        HOST_MAC,
+        mac_of(IpAddr::from([b[30], b[31], b[32], b[33]])),
+        0x0800,
+    );
+    Packet::tcp4(
+        eth,
+        Ipv4Addr::new(b[30], b[31], b[32], b[33]),
+        u16::from_be_bytes([b[36], b[37]]),
+        NAT_ADDR,
+        u16::from_be_bytes([b[34], b[35]]),
+        b"",
+    )
+    .with_tcp_flags(tcp_flags)
+}
+
+fn nat_state(rig: &XdpRig, reply: &FlowKey) -> Option<(NatState, u64)> {
+    let r = rig.dataplane.maps().nat_reply(reply).expect("read")?;
+    Some((NatState::from_u8(r.state), r.expires_ns))
+}
+
+/// Timeouts long enough to read each state, short for the closed one.
+fn timeouts(closed_ns: u64) -> lb_common::NatTimeouts {
+    let mut t = lb_common::NatTimeouts::DEFAULT;
+    t.tcp_ns[NatState::Closed as usize] = closed_ns;
+    t
+}
+
+#[test]
+fn a_nat_port_follows_the_connection_to_its_close() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        rig.set_nat_timeouts(timeouts(0));
+        let syn = tcp(47000, NAT_PORT, SYN);
+        let out = rig.expect_events(&syn.bytes, action::TX, Counter::Tx, &[]);
+        let reply = reply_key(&out);
+        let st = |rig: &XdpRig| nat_state(rig, &reply).map(|s| s.0);
+        assert_eq!(st(&rig), Some(NatState::SynSent));
+        rig.expect(
+            &from_backend(&out, SYN | ACK).bytes,
+            action::TX,
+            Counter::TxNatReply,
+        );
+        assert_eq!(
+            st(&rig),
+            Some(NatState::SynSent),
+            "a SYN-ACK is not the handshake's end"
+        );
+        rig.expect(&tcp(47000, NAT_PORT, ACK).bytes, action::TX, Counter::Tx);
+        assert_eq!(st(&rig), Some(NatState::Established));
+        let k = key(CLIENT_ADDR, 47000, NAT_PORT, TCP);
+        let f = entry(&rig, FlowTable::Nat, &k).expect("nat flow");
+        assert_ne!(f.flags & lb_common::maps::FLOW_F_ESTABLISHED, 0);
+        // The client closes first; the backend answers with its own FIN, then the
+        // final ACK: the port is free at once (the backend keeps no state).
+        rig.expect(
+            &tcp(47000, NAT_PORT, FIN | ACK).bytes,
+            action::TX,
+            Counter::Tx,
+        );
+        assert_eq!(st(&rig), Some(NatState::ClientFin));
+        rig.expect(
+            &from_backend(&out, FIN | ACK).bytes,
+            action::TX,
+            Counter::TxNatReply,
+        );
+        assert_eq!(st(&rig), Some(NatState::LastAck));
+        rig.expect(&tcp(47000, NAT_PORT, ACK).bytes, action::TX, Counter::Tx);
+        let (state, expires) = nat_state(&rig, &reply).expect("entry");
+        assert_eq!(state, NatState::Closed);
+        let mut sweeper = NatSweeper::new(rig.dataplane.maps()).expect("sweeper");
+        let report = sweeper.sweep_at(expires).expect("sweep");
+        assert_eq!((report.walked, report.released), (1, 1));
+        assert_eq!(
+            sweeper
+                .stats()
+                .fin
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        assert!(
+            entry(&rig, FlowTable::Nat, &k).is_none(),
+            "the client side went too"
+        );
+        assert_eq!(table_fill(&rig), (0, 0, 0));
+    });
+}
+
+#[test]
+fn a_nat_port_held_in_time_wait_by_the_backend_is_not_reused() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        // One port only, so two flows to one backend would need the same port.
+        rig.set_nat(30000, 1);
+        rig.program(svc(NAT_PORT, TCP, ForwardingMode::Nat, vec![backend(0).0]));
+        let out = rig.expect(&tcp(48000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);
+        let reply = reply_key(&out);
+        rig.expect(&tcp(48000, NAT_PORT, ACK).bytes, action::TX, Counter::Tx);
+        // The backend closes first: it will hold TIME_WAIT on the port's 4-tuple.
+        rig.expect(
+            &from_backend(&out, FIN | ACK).bytes,
+            action::TX,
+            Counter::TxNatReply,
+        );
+        assert_eq!(
+            nat_state(&rig, &reply).map(|s| s.0),
+            Some(NatState::BackendFin)
+        );
+        rig.expect(
+            &tcp(48000, NAT_PORT, FIN | ACK).bytes,
+            action::TX,
+            Counter::Tx,
+        );
+        let (state, expires) = nat_state(&rig, &reply).expect("entry");
+        assert_eq!(state, NatState::TimeWait);
+        let left = expires.saturating_sub(lb_userspace::dataplane::monotonic_ns());
+        assert!(
+            (50_000_000_000..=61_000_000_000).contains(&left),
+            "{left} ns of TIME_WAIT"
+        );
+        // Another client's SYN finds the only port held: dropped, nothing taken over.
+        let other = tcp_from(Ipv4Addr::new(198, 18, 0, 1), 48001, NAT_PORT, SYN);
+        rig.expect_events(
+            &other.bytes,
+            action::DROP,
+            Counter::DropNatPortsExhausted,
+            &[],
+        );
+        // The same client reusing its 5-tuple for a new connection keeps its port (the
+        // backend's TIME_WAIT accepts a newer SYN), from the start of the states.
+        let again = rig.expect(&tcp(48000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);
+        assert_eq!(reply_key(&again), reply);
+        assert_eq!(
+            nat_state(&rig, &reply).map(|s| s.0),
+            Some(NatState::SynSent)
+        );
+    });
+}
+
+#[test]
+fn an_ended_nat_flow_gives_its_port_to_the_next_flow() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        rig.set_nat(30000, 1);
+        // An unanswered SYN holds its port for no time at all, a closed flow neither.
+        let mut t = timeouts(0);
+        t.tcp_ns[NatState::SynSent as usize] = 0;
+        rig.set_nat_timeouts(t);
+        rig.program(svc(NAT_PORT, TCP, ForwardingMode::Nat, vec![backend(0).0]));
+        let first = rig.expect(&tcp(49000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);
+        rig.expect(&tcp(49000, NAT_PORT, ACK).bytes, action::TX, Counter::Tx);
+        // While it lives, the port is its own.
+        let second = tcp_from(Ipv4Addr::new(198, 18, 0, 1), 49001, NAT_PORT, SYN);
+        rig.expect(&second.bytes, action::DROP, Counter::DropNatPortsExhausted);
+        // The backend resets it: the port goes to the next SYN, counted as a release.
+        rig.expect(
+            &from_backend(&first, RST).bytes,
+            action::TX,
+            Counter::TxNatReply,
+        );
+        let out = rig.expect_events(
+            &second.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::NatReleasedRst],
+        );
+        assert_eq!(reply_key(&out), reply_key(&first), "the same port");
+        assert!(
+            entry(
+                &rig,
+                FlowTable::Nat,
+                &key(CLIENT_ADDR, 49000, NAT_PORT, TCP)
+            )
+            .is_none(),
+            "the old flow's client side went with its port"
+        );
+        // Its replies now reach the new client only.
+        let back = rig.expect(
+            &from_backend(&out, SYN | ACK).bytes,
+            action::TX,
+            Counter::TxNatReply,
+        );
+        assert_eq!(u16::from_be_bytes([back.bytes[36], back.bytes[37]]), 49001);
+        // The new flow's SYN was answered but never acknowledged: past the SYN
+        // timeout its port goes to the next SYN.
+        let third = tcp_from(Ipv4Addr::new(198, 18, 0, 1), 49002, NAT_PORT, SYN);
+        rig.expect_events(
+            &third.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::NatReleasedTimeout],
+        );
+    });
+}
+
+#[test]
+fn a_nat_flow_of_an_earlier_owner_is_not_translated() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        rig.expect(&tcp(50000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);
+        let k = key(CLIENT_ADDR, 50000, NAT_PORT, TCP);
+        let own = entry(&rig, FlowTable::Nat, &k).expect("nat flow");
+        let stale = FlowEntry {
+            backend_gen: own.backend_gen.wrapping_add(1),
+            ..own
+        };
+        rig.dataplane
+            .maps_mut()
+            .put_flow(FlowTable::Nat, &k, stale)
+            .expect("stage");
+        let p = tcp(50000, NAT_PORT, ACK | PSH);
+        rig.expect_events(
+            &p.bytes,
+            action::DROP,
+            Counter::DropNatNoFlow,
+            &[Counter::IdentityMismatch],
+        );
+        assert!(
+            entry(&rig, FlowTable::Nat, &k).is_none(),
+            "the stale flow is gone"
+        );
+    });
+}
