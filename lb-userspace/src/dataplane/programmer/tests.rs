@@ -334,3 +334,88 @@ fn keep_unlisted_programs_but_removes_nothing() {
     assert_eq!(report.removed, 1);
     assert_eq!(dp.vips.len(), 1);
 }
+
+/// Whether the data plane would send the flow `entry` (found under the service with
+/// `service_id`) to `addr`: its identity check passes and the record is `addr`'s.
+fn reaches(dp: &MemoryDataplane, service_id: u32, entry: &lb_common::FlowEntry) -> Option<IpAddr> {
+    let record = dp.backends.get(&entry.backend_id)?;
+    crate::dataplane::entry_is_own(service_id, entry, record).then(|| from_addr16(record.addr))
+}
+
+#[test]
+fn a_held_flow_never_reaches_another_services_backend_through_id_reuse_or_restart() {
+    let mut now = Instant::now();
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let (x, y) = (v4(11), v4(12));
+    let held_service = spec(80, &[x, y]);
+    p.apply(&mut dp, std::slice::from_ref(&held_service), now)
+        .expect("apply");
+    let programmed = p.service(&held_service.key).expect("programmed").clone();
+    let service_id = programmed.info.service_id;
+    let id_x = programmed.backend_ids[0];
+    let record = dp.backends[&id_x];
+    // The flow as the kernel pinned it.
+    let held = lb_common::FlowEntry {
+        backend_id: id_x,
+        service_id: record.service_id,
+        backend_gen: record.generation,
+        ..lb_common::FlowEntry::default()
+    };
+    assert_eq!(reaches(&dp, service_id, &held), Some(x));
+    // x leaves the service: the held flow drains to it, no new flow does.
+    let only_y = spec(80, &[y]);
+    p.apply(&mut dp, &[only_y.clone()], now).expect("apply");
+    assert_eq!(reaches(&dp, service_id, &held), Some(x), "draining");
+    assert_ne!(dp.backends[&id_x].flags & BACKEND_F_NO_NEW, 0);
+
+    // Another service churns through 70,000 backend ids (every address new), with an
+    // lbd restart (a new programmer adopting the maps) in the middle.
+    let churn_key = vip_key(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 2)), 80, 6);
+    let mut allocations = 0u32;
+    let mut first_reuse = None;
+    for round in 0..140u32 {
+        if round == 70 {
+            let mut restarted = Programmer::default();
+            assert_eq!(restarted.adopt(&dp).expect("adopt"), 2);
+            p = restarted;
+        }
+        let backends: Vec<IpAddr> = (0..500u32)
+            .map(|i| {
+                let n = round * 500 + i;
+                IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, (n >> 16) as u16, n as u16))
+            })
+            .collect();
+        let churn = ServiceSpec {
+            name: "churn".into(),
+            key: churn_key,
+            mode: ForwardingMode::Dsr,
+            weights: vec![0; backends.len()],
+            backends,
+            table_size: None,
+            ports: Vec::new(),
+        };
+        now += QUARANTINE * 2;
+        p.apply(&mut dp, &[only_y.clone(), churn], now).expect("churn");
+        allocations += 500;
+        let record = dp.backends[&id_x];
+        if first_reuse.is_none() && from_addr16(record.addr) != x {
+            first_reuse = Some(allocations);
+        }
+        match reaches(&dp, service_id, &held) {
+            Some(addr) => assert_eq!(addr, x, "round {round}: only ever its own backend"),
+            None => assert_ne!(
+                from_addr16(record.addr),
+                x,
+                "round {round}: x's record is intact yet the flow lost it"
+            ),
+        }
+    }
+    let reuse = first_reuse.expect("70,000 allocations reuse x's id");
+    assert!(
+        reuse > 60_000,
+        "x's id came back after {reuse} allocations: fresh ids go first, across the restart"
+    );
+    assert_ne!(dp.backends[&id_x].generation, held.backend_gen, "a new generation");
+    assert_eq!(reaches(&dp, service_id, &held), None);
+}
