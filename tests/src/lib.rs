@@ -8,6 +8,7 @@
 pub mod benchkit;
 pub mod etcd;
 pub mod fixture;
+pub mod flood;
 pub mod http;
 pub mod lbd;
 pub mod netns;

@@ -180,6 +180,11 @@ impl Held {
         })
     }
 
+    /// The connection's own address (the client side of its 5-tuple).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.writer.local_addr().expect("local address")
+    }
+
     /// Sends `msg` and returns the name of the backend that answered.
     ///
     /// # Errors
@@ -198,6 +203,33 @@ impl Held {
             .map(str::to_owned)
             .ok_or_else(|| format!("unexpected answer {line:?}"))
     }
+}
+
+/// One short echo connection (call inside the client's namespace): connects, sends a
+/// line, reads the answer, and closes first (so the client, not the backend, ends in
+/// TIME_WAIT). Returns the name of the backend that answered.
+///
+/// # Errors
+/// The connection or the exchange failed.
+pub fn echo_once(target: SocketAddr, msg: &str) -> Result<String, String> {
+    use std::io::BufRead as _;
+    let s = TcpStream::connect_timeout(&target, IO_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let mut writer = s.try_clone().map_err(|e| e.to_string())?;
+    writer
+        .write_all(format!("{msg}\n").as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(&s)
+        .read_line(&mut line)
+        .map_err(|e| format!("read: {e}"))?;
+    s.shutdown(std::net::Shutdown::Both)
+        .map_err(|e| format!("shutdown: {e}"))?;
+    line.trim_end()
+        .strip_suffix(&format!(" {msg}"))
+        .map(str::to_owned)
+        .ok_or_else(|| format!("unexpected answer {line:?}"))
 }
 
 fn serve_http(mut conn: TcpStream, name: &str) -> std::io::Result<()> {

@@ -371,7 +371,11 @@ fn a_held_flow_never_reaches_another_services_backend_through_id_reuse_or_restar
 
     // Another service churns through 70,000 backend ids (every address new), with an
     // lbd restart (a new programmer adopting the maps) in the middle.
-    let churn_key = vip_key(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 2)), 80, 6);
+    let churn_key = vip_key(
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 2)),
+        80,
+        6,
+    );
     let mut allocations = 0u32;
     let mut first_reuse = None;
     for round in 0..140u32 {
@@ -383,7 +387,16 @@ fn a_held_flow_never_reaches_another_services_backend_through_id_reuse_or_restar
         let backends: Vec<IpAddr> = (0..500u32)
             .map(|i| {
                 let n = round * 500 + i;
-                IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, (n >> 16) as u16, n as u16))
+                IpAddr::V6(Ipv6Addr::new(
+                    0x2001,
+                    0xdb8,
+                    1,
+                    0,
+                    0,
+                    0,
+                    (n >> 16) as u16,
+                    n as u16,
+                ))
             })
             .collect();
         let churn = ServiceSpec {
@@ -396,7 +409,8 @@ fn a_held_flow_never_reaches_another_services_backend_through_id_reuse_or_restar
             ports: Vec::new(),
         };
         now += QUARANTINE * 2;
-        p.apply(&mut dp, &[only_y.clone(), churn], now).expect("churn");
+        p.apply(&mut dp, &[only_y.clone(), churn], now)
+            .expect("churn");
         allocations += 500;
         let record = dp.backends[&id_x];
         if first_reuse.is_none() && from_addr16(record.addr) != x {
@@ -416,6 +430,9 @@ fn a_held_flow_never_reaches_another_services_backend_through_id_reuse_or_restar
         reuse > 60_000,
         "x's id came back after {reuse} allocations: fresh ids go first, across the restart"
     );
-    assert_ne!(dp.backends[&id_x].generation, held.backend_gen, "a new generation");
+    assert_ne!(
+        dp.backends[&id_x].generation, held.backend_gen,
+        "a new generation"
+    );
     assert_eq!(reaches(&dp, service_id, &held), None);
 }
