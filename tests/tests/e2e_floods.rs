@@ -196,8 +196,19 @@ struct Pinned {
 }
 
 fn held_config(backends4: &[(IpAddr, u32)], backends6: &[(IpAddr, u32)]) -> String {
-    let extra = "conntrack_entries = 16384\nembryonic_entries = 4096\n";
-    node(extra)
+    sized_config(16384, backends4, backends6)
+}
+
+fn sized_config(
+    conntrack: u32,
+    backends4: &[(IpAddr, u32)],
+    backends6: &[(IpAddr, u32)],
+) -> String {
+    let extra = format!(
+        "conntrack_entries = {conntrack}\nembryonic_entries = 4096\nnat_entries = {}\n",
+        conntrack * 8
+    );
+    node(&extra)
         + &service("dsr4", VIP.into(), 7000, "dsr", backends4)
         + &service("nat4", VIP.into(), 7001, "nat", backends4)
         + &service("dsr6", VIP6.into(), 7000, "dsr", backends6)
@@ -318,10 +329,20 @@ fn held_flows_survive_a_syn_flood_changes_and_a_restart() {
     let created = counter(&lbd, "embryonic_created") - created_before;
     let nat_ports = fill(&lbd, "nat");
     eprintln!("flood: {created} half-open dsr flows made, {nat_ports} nat ports held");
-    assert!(created > 72_000, "{created} of 80,000 dsr SYNs admitted as half-open");
-    assert!(nat_ports > 72_000, "{nat_ports} nat ports after 80,000 nat SYNs");
+    assert!(
+        created > 72_000,
+        "{created} of 80,000 dsr SYNs admitted as half-open"
+    );
+    assert!(
+        nat_ports > 72_000,
+        "{nat_ports} nat ports after 80,000 nat SYNs"
+    );
     assert!(fill(&lbd, "embryonic") <= 4096);
-    assert_eq!(fill(&lbd, "conntrack"), 60, "only the held dsr flows are established");
+    assert_eq!(
+        fill(&lbd, "conntrack"),
+        60,
+        "only the held dsr flows are established"
+    );
     check_held(&lbd, &mut held, "after the SYN flood", &topo);
 
     // A backend joins every service: tables move, held flows must not.
@@ -343,6 +364,23 @@ fn held_flows_survive_a_syn_flood_changes_and_a_restart() {
     // lbd restarts: the pinned data plane keeps forwarding, the new lbd adopts it.
     assert_eq!(lbd.restart(), Some(0));
     check_held(&lbd, &mut held, "after an lbd restart", &topo);
+
+    // The tables grow (a node setting: it applies when lbd restarts): the new lbd
+    // copies every flow into the new maps before and after it takes over.
+    lbd.edit_config(&sized_config(32768, &heavy4, &heavy6));
+    assert_eq!(lbd.restart(), Some(0));
+    let status = lbd.lbctl_json(&["status"]);
+    assert_eq!(
+        status["flow_tables"]["conntrack"]["capacity"], 32768,
+        "{status}"
+    );
+    assert_eq!(status["flow_tables"]["nat"]["capacity"], 262144, "{status}");
+    check_held(&lbd, &mut held, "after a restart with bigger tables", &topo);
+    assert!(
+        lbd.log().contains("copied"),
+        "the migration ran:\n{}",
+        lbd.log()
+    );
 
     // New connections still work after all of it.
     for (service, vip) in targets {

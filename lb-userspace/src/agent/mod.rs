@@ -230,8 +230,9 @@ impl Agent {
     /// removed ones deleted, new backends' neighbours kept resolved. Established flows
     /// keep their backends — also flows to a backend that was removed (connection
     /// draining), which is why removed backends keep their neighbour entries until
-    /// shutdown. Node settings that need a re-attach (`interface`,
-    /// `xdp_mode`) are kept as they are, with a warning.
+    /// shutdown. Node settings (`interface` and `xdp_mode` need a re-attach, the flow
+    /// tables are sized when loaded) are kept as they are until lbd restarts, with a
+    /// warning.
     ///
     /// # Errors
     /// A data-plane failure; services before the failing one are already updated.
@@ -242,6 +243,7 @@ impl Agent {
                 self.config.node
             );
             config.node = self.config.node.clone();
+            config.flow_tables = self.config.flow_tables;
         }
         let file = config;
         let (config, rejected) = compose::compose(&file, self.etcd.as_ref());

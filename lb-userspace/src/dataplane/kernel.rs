@@ -360,6 +360,15 @@ impl KernelDataplane {
                 _ => {}
             }
         }
+        // Tables a migration left aside, and the pre-V2 nat map.
+        if let Ok(entries) = std::fs::read_dir(pin_dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.contains("_MIGRATING") || name == names::NAT_V1 {
+                    std::fs::remove_file(entry.path())?;
+                }
+            }
+        }
         match std::fs::remove_dir(pin_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 log::warn!("leaving {}: {e}", pin_dir.display());

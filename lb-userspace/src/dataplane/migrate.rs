@@ -36,6 +36,15 @@ fn shaped(tables: &FlowTables) -> [(&'static str, u32, u32); 4] {
     ]
 }
 
+/// Most pins of one table kept aside at once (unfinished migrations).
+const MAX_ASIDE: u32 = 4;
+
+/// Where a replaced table's map is pinned while its flows are copied (bpffs refuses
+/// names with a dot).
+fn aside_pin(pin_dir: &Path, name: &str, n: u32) -> PathBuf {
+    pin_dir.join(format!("{name}_MIGRATING{n}"))
+}
+
 /// Pinned maps moved aside, to be copied into their replacements.
 #[derive(Debug, Default)]
 pub struct Migration {
@@ -73,6 +82,15 @@ impl Migration {
             ..Self::default()
         };
         for (name, entries, flags) in shaped(tables) {
+            // Pins left aside by a migration that did not finish (lbd stopped in
+            // between): their flows are copied again.
+            for n in 0..MAX_ASIDE {
+                let aside = aside_pin(pin_dir, name, n);
+                if aside.exists() {
+                    let data = MapData::from_pin(&aside).map_err(pinned_error(&aside))?;
+                    migration.moved.push((name, data, aside));
+                }
+            }
             let pin = pin_dir.join(name);
             if !pin.exists() {
                 continue;
@@ -87,10 +105,24 @@ impl Migration {
                 info.max_entries(),
                 info.map_flags()
             );
-            let aside = pin_dir.join(format!("{name}.old"));
-            let _ = std::fs::remove_file(&aside);
-            std::fs::rename(&pin, &aside)
-                .map_err(io_error(format!("moving {} aside", pin.display())))?;
+            // bpffs renames nothing: the old map is pinned a second time aside, then
+            // unpinned from its name, so it always has a pin (and lbd stopping here
+            // leaves it aside, where the next start finds it).
+            let aside = (0..MAX_ASIDE)
+                .map(|n| aside_pin(pin_dir, name, n))
+                .find(|p| !p.exists())
+                .ok_or_else(|| DataplaneError::Invalid {
+                    service: name.into(),
+                    problem: format!(
+                        "{MAX_ASIDE} unfinished migrations pinned aside in {}; remove them",
+                        pin_dir.display()
+                    ),
+                })?;
+            data.pin(&aside).map_err(|source| DataplaneError::Program {
+                action: format!("pinning {} aside at {}", pin.display(), aside.display()),
+                source: Box::new(source),
+            })?;
+            std::fs::remove_file(&pin).map_err(io_error(format!("unpinning {}", pin.display())))?;
             migration.moved.push((name, data, aside));
         }
         let legacy = pin_dir.join(names::NAT_V1);

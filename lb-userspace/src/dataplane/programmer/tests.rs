@@ -365,7 +365,8 @@ fn a_held_flow_never_reaches_another_services_backend_through_id_reuse_or_restar
     assert_eq!(reaches(&dp, service_id, &held), Some(x));
     // x leaves the service: the held flow drains to it, no new flow does.
     let only_y = spec(80, &[y]);
-    p.apply(&mut dp, &[only_y.clone()], now).expect("apply");
+    p.apply(&mut dp, std::slice::from_ref(&only_y), now)
+        .expect("apply");
     assert_eq!(reaches(&dp, service_id, &held), Some(x), "draining");
     assert_ne!(dp.backends[&id_x].flags & BACKEND_F_NO_NEW, 0);
 

@@ -1,0 +1,178 @@
+//! Flows survive an upgrade from the release before `LB_NAT_V2`: its `nat` reply map
+//! (an LRU of a 40-byte reply entry) and the client side in conntrack are translated
+//! into the new maps when the new data plane loads, and the flow's packets go on being
+//! translated with the same NAT port, both ways.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use aya::maps::{HashMap, Map, MapData};
+use aya_obj::{
+    EbpfSectionKind,
+    maps::{LegacyMap, bpf_map_def},
+};
+use lb_common::{FlowEntry, FlowKey, ForwardingMode, maps::names};
+use lb_testbed::{
+    fixture::{CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, XdpRig, action, backend},
+    is_root,
+    lbd::{BpfFs, TempDir},
+    packet::{Packet, TCP, flags::ACK},
+};
+use lb_userspace::dataplane::{FlowTable, MapRead as _, ServiceSpec, addr16, vip_key};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
+
+/// The reply entry of the old release.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct OldNatEntry {
+    client: [u8; 16],
+    vip: [u8; 16],
+    client_port_be: u16,
+    vip_port_be: u16,
+    _pad: u32,
+}
+// SAFETY: repr(C), Copy, no padding (4 × 16 + 2 + 2 + 4 = 40 bytes), any bytes valid.
+unsafe impl aya::Pod for OldNatEntry {}
+
+/// Creates and pins `LB_NAT_V1` as the old release did: an LRU hash with per-CPU lists.
+fn pin_old_nat_map(pin_dir: &std::path::Path) -> HashMap<MapData, FlowKey, OldNatEntry> {
+    let def = bpf_map_def {
+        map_type: 9, // BPF_MAP_TYPE_LRU_HASH
+        key_size: 40,
+        value_size: 40,
+        max_entries: 1024,
+        map_flags: 2, // BPF_F_NO_COMMON_LRU
+        ..bpf_map_def::default()
+    };
+    let obj = aya_obj::Map::Legacy(LegacyMap {
+        def,
+        inner_def: None,
+        section_index: 0,
+        section_kind: EbpfSectionKind::Maps,
+        symbol_index: None,
+        data: Vec::new(),
+    });
+    let data = MapData::create(obj, names::NAT_V1, None).expect("create the old nat map");
+    data.pin(pin_dir.join(names::NAT_V1)).expect("pin it");
+    HashMap::try_from(Map::LruHashMap(data)).expect("typed")
+}
+
+#[test]
+fn nat_flows_of_the_previous_release_keep_their_port() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    let host = FixtureHost::new();
+    let dir = TempDir::new("migrate");
+    let bpffs = BpfFs::mount(&dir.path().join("bpf"));
+    let pins = bpffs.path().join("lb");
+    host.run(move || {
+        let spec = ServiceSpec {
+            name: "nat".into(),
+            key: vip_key(VIP.into(), 8080, TCP),
+            mode: ForwardingMode::Nat,
+            backends: vec![backend(0).0],
+            table_size: None,
+            weights: Vec::new(),
+            ports: Vec::new(),
+        };
+        let client = FlowKey {
+            src: addr16(CLIENT_ADDR.into()),
+            dst: addr16(VIP.into()),
+            src_port_be: 45678u16.to_be(),
+            dst_port_be: 8080u16.to_be(),
+            proto: TCP,
+            _pad: 0,
+            _pad2: 0,
+        };
+        let nat_port = 31234u16;
+        // The old agent's state: programmed services, a conntrack entry naming the
+        // backend and NAT port, and the reply entry in LB_NAT_V1.
+        {
+            let mut old = XdpRig::load_pinned(0x5eed, Some(&pins));
+            old.set_nat(30000, 10000);
+            old.program(spec.clone());
+            let backend_id = old
+                .programmer
+                .service(&spec.key)
+                .expect("programmed")
+                .backend_ids[0];
+            let record = old.dataplane.maps().backend(backend_id).expect("record");
+            old.dataplane
+                .maps_mut()
+                .put_flow(
+                    FlowTable::Established,
+                    &client,
+                    FlowEntry {
+                        backend_id,
+                        service_id: record.service_id,
+                        nat_port_be: nat_port.to_be(),
+                        backend_gen: record.generation,
+                        ..FlowEntry::default()
+                    },
+                )
+                .expect("old conntrack entry");
+            let mut v1 = pin_old_nat_map(&pins);
+            let reply = FlowKey {
+                src: addr16(backend(0).0),
+                dst: addr16(NAT_ADDR.into()),
+                src_port_be: 8080u16.to_be(),
+                dst_port_be: nat_port.to_be(),
+                proto: TCP,
+                _pad: 0,
+                _pad2: 0,
+            };
+            v1.insert(
+                reply,
+                OldNatEntry {
+                    client: client.src,
+                    vip: client.dst,
+                    client_port_be: client.src_port_be,
+                    vip_port_be: client.dst_port_be,
+                    _pad: 0,
+                },
+                0,
+            )
+            .expect("old reply entry");
+            // The V2 maps did not exist then.
+            for name in [names::NAT, names::NAT_FLOWS] {
+                std::fs::remove_file(pins.join(name)).expect("unpin new map");
+            }
+        }
+        // The new release starts on those pins.
+        let mut rig = XdpRig::load_pinned(0x5eed, Some(&pins));
+        rig.set_nat(30000, 10000);
+        rig.programmer.adopt(rig.dataplane.maps()).expect("adopt");
+        rig.program(spec.clone());
+        rig.dataplane.finish_migration().expect("finish");
+        assert!(
+            !pins.join(names::NAT_V1).exists(),
+            "the old map's pin is gone"
+        );
+        let f = rig
+            .dataplane
+            .maps()
+            .flow(FlowTable::Nat, &client)
+            .expect("read")
+            .expect("the flow was carried over");
+        assert_eq!(u16::from_be(f.nat_port_be), nat_port);
+        // The client's next segment: to the backend, from the same NAT port.
+        let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+        let ack = Packet::tcp4(eth, CLIENT_ADDR, 45678, VIP, 8080, b"more").with_tcp_flags(ACK);
+        let out = rig.expect(&ack.bytes, action::TX, lb_common::Counter::Tx);
+        assert_eq!(&out.bytes[26..30], &NAT_ADDR.octets());
+        assert_eq!(
+            IpAddr::from([out.bytes[30], out.bytes[31], out.bytes[32], out.bytes[33]]),
+            backend(0).0
+        );
+        assert_eq!(u16::from_be_bytes([out.bytes[34], out.bytes[35]]), nat_port);
+        // The backend's answer: back to the client, from the VIP.
+        let eth = Packet::eth(HOST_MAC, backend(0).1, 0x0800);
+        let Some(IpAddr::V4(b)) = Some(backend(0).0) else {
+            unreachable!()
+        };
+        let answer = Packet::tcp4(eth, b, 8080, NAT_ADDR, nat_port, b"ok").with_tcp_flags(ACK);
+        let back = rig.expect(&answer.bytes, action::TX, lb_common::Counter::TxNatReply);
+        assert_eq!(&back.bytes[26..30], &VIP.octets());
+        assert_eq!(&back.bytes[30..34], &CLIENT_ADDR.octets());
+        assert_eq!(u16::from_be_bytes([back.bytes[36], back.bytes[37]]), 45678);
+    });
+}
