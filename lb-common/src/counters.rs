@@ -8,7 +8,8 @@ use core::mem::size_of;
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
-    /// Every packet the program saw.
+    /// Every packet the program saw: the sum of the verdict counters (the data plane
+    /// does not count it separately; its slot stays zero).
     Packets = 0,
     /// Passed: neither IPv4 nor IPv6 (ARP and the rest).
     PassNotIp,

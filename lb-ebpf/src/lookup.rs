@@ -1,6 +1,7 @@
 //! VIP, conntrack and table lookup. The control plane computes the tables; this only
 //! indexes them.
 
+use aya_ebpf::bindings::BPF_NOEXIST;
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, VipInfo, VipKey, flow_hash,
     maps::{BACKEND_F_NO_NEW, MAX_BACKENDS_PER_SERVICE, TABLE_CHUNK_SLOTS, proto},
@@ -162,21 +163,17 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoCho
             }
         }
     }
+    let syn = may_open && key.proto == proto::TCP;
+    // A SYN skips the half-open lookup: its insert below finds a retransmission's entry.
     // SAFETY: as in `vip`.
-    if let Some(entry) = unsafe { EMBRYONIC.get(key) } {
+    if !syn && let Some(entry) = unsafe { EMBRYONIC.get(key) } {
         let entry = *entry;
         if let Some(backend) = valid(vip, &entry) {
-            if !may_open || key.proto == proto::UDP {
-                // The flow's second packet: it is established now.
-                let _ = CONNTRACK.insert(key, entry, 0);
-                let _ = EMBRYONIC.remove(key);
-                count(Counter::EmbryonicPromoted);
-                return Ok(Choice::pinned(entry.backend_id, backend));
-            }
-            if backend.flags & BACKEND_F_NO_NEW == 0 {
-                // A retransmitted SYN: same choice as the first.
-                return Ok(Choice::pinned(entry.backend_id, backend));
-            }
+            // The flow's second packet: it is established now.
+            let _ = CONNTRACK.insert(key, entry, 0);
+            let _ = EMBRYONIC.remove(key);
+            count(Counter::EmbryonicPromoted);
+            return Ok(Choice::pinned(entry.backend_id, backend));
         }
     }
     let backend_id = table_choice(vip, key).ok_or(NoChoice::NoBackend)?;
@@ -185,14 +182,33 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoCho
         count(Counter::NonSynMiss);
         return Ok(Choice::pinned(backend_id, backend));
     }
-    // A full LRU evicts its oldest entry; an insert can only fail on memory pressure,
-    // and then this packet is still forwarded and the next one tries again.
+    let entry = entry_for(vip, backend_id, backend, 0);
     if EMBRYONIC
-        .insert(key, entry_for(vip, backend_id, backend, 0), 0)
-        .is_ok()
+        .insert(key, entry, u64::from(BPF_NOEXIST))
+        .is_err()
     {
-        count(Counter::EmbryonicCreated);
+        // A SYN already seen: a retransmission keeps the first choice (unless that
+        // backend stopped taking new flows, or the entry is not its own any more).
+        // SAFETY: as in `vip`.
+        if let Some(first) = unsafe { EMBRYONIC.get(key) } {
+            let first = *first;
+            if let Some(b) = valid(vip, &first)
+                && b.flags & BACKEND_F_NO_NEW == 0
+            {
+                return Ok(Choice::pinned(first.backend_id, b));
+            }
+        }
+        // A full LRU evicts its oldest entry; an insert can only fail on memory
+        // pressure, and then this packet is still forwarded and the next one tries.
+        let _ = EMBRYONIC.insert(key, entry, 0);
+        return Ok(Choice {
+            backend_id,
+            backend,
+            new_flow: true,
+            nat_port_be: 0,
+        });
     }
+    count(Counter::EmbryonicCreated);
     Ok(Choice {
         backend_id,
         backend,

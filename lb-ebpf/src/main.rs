@@ -75,9 +75,10 @@ impl Verdict {
     }
 }
 
+/// Counts exactly one verdict-and-reason counter per packet; userspace derives the
+/// packet count as their sum (one per-CPU map update per packet saved).
 #[xdp]
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
-    stats::count(Counter::Packets);
     let verdict = steer(&ctx);
     stats::count(verdict.reason);
     verdict.action

@@ -229,8 +229,7 @@ fn ipv4<const ICMP: bool>(
     if tot_len < IPV4_LEN as u16 + l4_min || l3 + tot_len as usize > frame_len {
         return Err(malformed);
     }
-    let ports = l4_ports(ctx, l3 + IPV4_LEN)?;
-    let tcp_flags = tcp_flags(ctx, ip.proto, l3 + IPV4_LEN)?;
+    let (ports, tcp_flags) = l4_head(ctx, ip.proto, l3 + IPV4_LEN)?;
     Ok(Packet {
         eth,
         key: FlowKey {
@@ -284,8 +283,7 @@ fn ipv6<const ICMP: bool>(
     if payload_len < l4_min || l3 + IPV6_LEN + payload_len as usize > frame_len {
         return Err(malformed);
     }
-    let ports = l4_ports(ctx, l3 + IPV6_LEN)?;
-    let tcp_flags = tcp_flags(ctx, ip.next_hdr, l3 + IPV6_LEN)?;
+    let (ports, tcp_flags) = l4_head(ctx, ip.next_hdr, l3 + IPV6_LEN)?;
     Ok(Packet {
         eth,
         key: FlowKey {
@@ -313,16 +311,19 @@ pub fn l4_ports(ctx: &XdpContext, offset: usize) -> Result<&L4Ports, Verdict> {
     Ok(unsafe { &*ports })
 }
 
-/// The TCP flags of a TCP segment at `offset` (the IP length check already proved 20
-/// bytes are there; this proves it to the verifier), 0 for other protocols.
+/// The ports of a TCP or UDP header at `offset`, and for TCP its flags (0 for UDP):
+/// one bounds check either way (the IP length check already proved the header is
+/// there; this proves it to the verifier).
 #[inline(always)]
-fn tcp_flags(ctx: &XdpContext, proto: u8, offset: usize) -> Result<u8, Verdict> {
+fn l4_head(ctx: &XdpContext, proto: u8, offset: usize) -> Result<(&L4Ports, u8), Verdict> {
+    let malformed = Verdict::drop(Counter::DropMalformed);
     if proto != proto::TCP {
-        return Ok(0);
+        return Ok((l4_ports(ctx, offset)?, 0));
     }
-    let head: *const TcpHead = ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))?;
-    // SAFETY: ptr_at checked that the bytes lie inside the packet.
-    Ok(unsafe { (*head).flags })
+    let head: *const TcpHead = ptr_at(ctx, offset).ok_or(malformed)?;
+    // SAFETY: ptr_at checked that the whole head lies inside the packet.
+    let head = unsafe { &*head };
+    Ok((&head.ports, head.flags))
 }
 
 /// IPv6 extension headers (RFC 8200 §4 and the IANA list): hop-by-hop, routing,

@@ -423,10 +423,7 @@ impl MapOps for KernelDataplane {
     }
 
     fn delete_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
-        match self.maps.vips.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(map_error("remove", names::VIPS)(source)),
-        }
+        super::maps::removed(self.maps.vips.remove(key), names::VIPS)
     }
 
     fn put_backend(&mut self, id: u32, backend: Backend) -> Result<(), DataplaneError> {
@@ -462,9 +459,6 @@ impl MapOps for KernelDataplane {
     }
 
     fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
-        match self.maps.echo.remove(&AddrKey { addr }) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(map_error("remove", names::ECHO_ADDRS)(source)),
-        }
+        super::maps::removed(self.maps.echo.remove(&AddrKey { addr }), names::ECHO_ADDRS)
     }
 }

@@ -69,6 +69,23 @@ where
     T::try_from(source.map(name)?).map_err(map_error("open", name))
 }
 
+/// A map removal's result, where the key being absent already is success: aya reports
+/// that as `KeyNotFound` or as the syscall's `ENOENT`, depending on the call.
+pub(super) fn removed(
+    result: Result<(), aya::maps::MapError>,
+    name: &'static str,
+) -> Result<(), DataplaneError> {
+    match result {
+        Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        Err(source) => Err(map_error("remove", name)(source)),
+    }
+}
+
 pub(super) fn map_error(
     op: &'static str,
     map: &'static str,
@@ -114,6 +131,14 @@ impl MapSet {
     /// # Errors
     /// The map read failed.
     pub fn counter(&self, counter: Counter) -> Result<u64, DataplaneError> {
+        if counter == Counter::Packets {
+            // Not counted by the data plane: every packet counts one verdict.
+            return Counter::ALL
+                .iter()
+                .filter(|c| matches!(c.kind(), lb_common::CounterKind::Verdict { .. }))
+                .map(|&c| self.counter(c))
+                .sum();
+        }
         let per_cpu = self
             .counters
             .get(&(counter as u32), 0)
@@ -223,6 +248,16 @@ impl MapSet {
             + self.nat_flows.keys().filter(Result::is_ok).count()
     }
 
+    /// Removes a flow's entry from one table (a benchmark that replays a new flow
+    /// touches only the table the flow was put in).
+    ///
+    /// # Errors
+    /// The map update failed (a missing entry is not an error).
+    pub fn forget_in(&mut self, table: FlowTable, key: &FlowKey) -> Result<(), DataplaneError> {
+        let name = table.map_name();
+        removed(self.flow_map_mut(name).remove(key), name)
+    }
+
     /// Removes a flow's entries (established, embryonic and `nat` client side), so its
     /// next packet is a new flow again.
     ///
@@ -234,10 +269,7 @@ impl MapSet {
             (&mut self.embryonic, names::EMBRYONIC),
             (&mut self.nat_flows, names::NAT_FLOWS),
         ] {
-            match map.remove(key) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(source) => return Err(map_error("remove", name)(source)),
-            }
+            removed(map.remove(key), name)?;
         }
         Ok(())
     }
