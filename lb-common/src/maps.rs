@@ -390,6 +390,23 @@ pub struct NatEntry {
 }
 const _: () = assert!(size_of::<NatEntry>() == 56);
 
+impl NatEntry {
+    /// The key of the flow's client side (client → VIP), given the reply key's
+    /// protocol: how a released port finds the flow entry that goes with it.
+    #[inline(always)]
+    pub const fn client_key(&self, proto: u8) -> FlowKey {
+        FlowKey {
+            src: self.client,
+            dst: self.vip,
+            src_port_be: self.client_port_be,
+            dst_port_be: self.vip_port_be,
+            proto,
+            _pad: 0,
+            _pad2: 0,
+        }
+    }
+}
+
 /// Default size of the two `nat` maps (`node.nat_entries`): each `nat` flow takes one
 /// entry in each. Plain hashes with every element preallocated: when full, new `nat`
 /// flows are dropped (counted) and established ones are untouched.

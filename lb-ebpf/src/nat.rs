@@ -444,17 +444,7 @@ fn take_over(sc: *mut Scratch, now: u64) -> bool {
     }
     let old = *old;
     // SAFETY: as above.
-    unsafe {
-        (*sc).client = FlowKey {
-            src: old.client,
-            dst: old.vip,
-            src_port_be: old.client_port_be,
-            dst_port_be: old.vip_port_be,
-            proto: reply.proto,
-            _pad: 0,
-            _pad2: 0,
-        };
-    }
+    unsafe { (*sc).client = old.client_key(reply.proto) };
     // SAFETY: as above.
     let client = unsafe { &(*sc).client };
     // SAFETY: as above.

@@ -41,6 +41,18 @@ pub fn backend6(i: u8) -> (IpAddr, [u8; 6]) {
     (IpAddr::V6(addr), [0x02, 0, 0, 0, 0x06, 0x11 + i])
 }
 
+/// The MAC the fixture host resolves a backend address (IPv4 or IPv6) to.
+///
+/// # Panics
+/// If the address has no neighbour entry there.
+pub fn mac_of(addr: IpAddr) -> [u8; 6] {
+    (0..RESOLVED_BACKENDS)
+        .flat_map(|i| [backend(i), backend6(i)])
+        .find(|(a, _)| *a == addr)
+        .map(|(_, m)| m)
+        .unwrap_or_else(|| panic!("{addr} has no neighbour entry"))
+}
+
 /// The node's `nat` source addresses in fixtures.
 pub const NAT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 /// IPv6 `nat` source address.

@@ -117,6 +117,29 @@ impl Topology {
     }
 }
 
+/// The load-balancer node's `nat` source addresses in the standard topology.
+pub const NAT4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+/// IPv6 `nat` source address.
+pub const NAT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 3);
+
+impl Topology {
+    /// Gives the LB node its `nat` source addresses ([`NAT4`], [`NAT6`]) on `eth0`, so
+    /// backends resolve them.
+    pub fn add_nat_addresses(&self) {
+        self.lb
+            .ip(&["addr", "add", &format!("{NAT4}/24"), "dev", HOST_IF]);
+        self.lb.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{NAT6}/64"),
+            "dev",
+            HOST_IF,
+            "nodad",
+        ]);
+    }
+}
+
 /// Connects `host` to the bridge with a veth pair: `eth0` in the host, `port` in the switch.
 pub fn plug(switch: &Netns, host: &Netns, port: &str, addr: Ipv4Addr, addr6: Ipv6Addr) {
     switch.ip(&[

@@ -8,34 +8,21 @@
 //!   backend add, a weight change and an lbd restart are never reset or moved (their
 //!   answers and `lbctl explain` agree), in `dsr` and `nat`, over IPv4 and IPv6.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions,
     flood::{FloodSpec, blackhole_flood_sources, mac_of, tcp_flood},
     is_root,
     packet::flags::{ACK, SYN},
-    topology::{HOST_IF, VIP, VIP6, backend_addr, backend_addr6},
+    topology::{NAT4, NAT6, VIP, VIP6, backend_addr, backend_addr6},
     traffic::{Held, ServerKind, echo_once, http_requests, serve_backends},
 };
-
-const NAT4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
-const NAT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 3);
 
 /// Gives the LB node its NAT addresses (so backends resolve them) and a blackhole for
 /// the flood's sources.
 fn prepare_lb(topo: &Topology) {
-    topo.lb
-        .ip(&["addr", "add", &format!("{NAT4}/24"), "dev", HOST_IF]);
-    topo.lb.ip(&[
-        "-6",
-        "addr",
-        "add",
-        &format!("{NAT6}/64"),
-        "dev",
-        HOST_IF,
-        "nodad",
-    ]);
+    topo.add_nat_addresses();
     blackhole_flood_sources(&topo.lb);
 }
 

@@ -1,17 +1,15 @@
 //! `nat` mode end to end: backends that know nothing about the VIP serve real TCP and
 //! UDP clients; replies come back through the node and are translated back.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions, is_root,
     lbd::nat_config,
-    topology::{HOST_IF, VIP, VIP6, backend_addr, backend_addr6},
+    topology::{NAT4, NAT6, VIP, VIP6, backend_addr, backend_addr6},
     traffic::{ServerKind, http_requests, serve_backends, udp_requests},
 };
 
-const NAT4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
-const NAT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 3);
 const CONNECTIONS: usize = 150;
 const DATAGRAMS: usize = 90;
 
@@ -21,18 +19,7 @@ fn nat_round_trips(mode: &str, v6: bool) {
         backends: 3,
         native_xdp: mode == "native",
     });
-    // The node holds its NAT addresses, so backends can resolve them.
-    topo.lb
-        .ip(&["addr", "add", &format!("{NAT4}/24"), "dev", HOST_IF]);
-    topo.lb.ip(&[
-        "-6",
-        "addr",
-        "add",
-        &format!("{NAT6}/64"),
-        "dev",
-        HOST_IF,
-        "nodad",
-    ]);
+    topo.add_nat_addresses();
     let backend = |i: usize| -> IpAddr {
         if v6 {
             backend_addr6(i).into()

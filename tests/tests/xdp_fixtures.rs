@@ -5,7 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_common::{Counter, FlowKey, ForwardingMode, VipKey};
 use lb_testbed::{
-    fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend, backend6},
+    fixture::{
+        CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend, backend6, mac_of,
+    },
     is_root,
     packet::{Packet, TCP, UDP, flags},
 };
@@ -61,15 +63,6 @@ fn flow(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, proto: u8) -> FlowKey 
 /// (besides `Packets`) moved by one.
 fn run_expect(rig: &mut XdpRig, packet: &[u8], want_action: u32, reason: Counter) -> Outcome {
     rig.expect(packet, want_action, reason)
-}
-
-/// The MAC a backend address resolves to in the fixture host.
-fn mac_of(addr: IpAddr) -> [u8; 6] {
-    (0..4)
-        .flat_map(|i| [backend(i), backend6(i)])
-        .find(|(a, _)| *a == addr)
-        .map(|(_, m)| m)
-        .unwrap_or_else(|| panic!("{addr} has no neighbour entry"))
 }
 
 fn assert_forwarded_to(out: &Outcome, input: &[u8], to: IpAddr) {

@@ -10,6 +10,7 @@ use lb_common::{Counter, FlowEntry, FlowKey, ForwardingMode, NatState};
 use lb_testbed::{
     fixture::{
         CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, Outcome, XdpRig, action, backend,
+        mac_of,
     },
     is_root,
     packet::{
@@ -78,14 +79,6 @@ fn key(src: Ipv4Addr, sport: u16, dport: u16, proto: u8) -> FlowKey {
         _pad: 0,
         _pad2: 0,
     }
-}
-
-fn mac_of(addr: IpAddr) -> [u8; 6] {
-    (0..4)
-        .map(backend)
-        .find(|(a, _)| *a == addr)
-        .map(|(_, m)| m)
-        .unwrap_or_else(|| panic!("{addr} has no neighbour entry"))
 }
 
 /// A dsr forward: exactly the MACs changed, towards `to`.

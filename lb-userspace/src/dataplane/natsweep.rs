@@ -108,15 +108,7 @@ impl NatSweeper {
             if entry.expires_ns > now_ns {
                 continue;
             }
-            let client = FlowKey {
-                src: entry.client,
-                dst: entry.vip,
-                src_port_be: entry.client_port_be,
-                dst_port_be: entry.vip_port_be,
-                proto: reply.proto,
-                _pad: 0,
-                _pad2: 0,
-            };
+            let client = entry.client_key(reply.proto);
             if let Ok(f) = self.flows.get(&client, 0)
                 && f.nat_port_be == reply.dst_port_be
                 && f.backend_id == entry.backend_id
