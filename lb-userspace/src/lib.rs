@@ -16,3 +16,4 @@ pub mod l7;
 pub mod maglev;
 pub mod sources;
 pub mod sysctl;
+pub mod units;
