@@ -444,9 +444,7 @@ impl Agent {
             let Some(hc) = &svc.health_check else {
                 continue;
             };
-            let (Ok(interval), Ok(timeout)) = (hc.interval.parse(), hc.timeout.parse()) else {
-                continue;
-            };
+            let (interval, timeout) = (hc.interval.get(), hc.timeout.get());
             let probe = match hc.kind {
                 crate::config::HealthCheckKind::Tcp => Probe::Tcp,
                 crate::config::HealthCheckKind::Http => Probe::Http {
