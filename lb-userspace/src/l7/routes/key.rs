@@ -110,33 +110,9 @@ fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
     })
 }
 
-/// Parses `endpointCreated`'s time as RFC 3339 (`2024-01-02T15:04:05Z`, `…+01:00`,
-/// fractional seconds allowed), with the parser EndpointSlice creation times use.
-/// (Unix seconds are numbers in eskip and never reach here.)
-pub fn parse_created(text: &str) -> Result<std::time::SystemTime, String> {
-    crate::sources::endpointslice::parse_rfc3339(text)
-        .ok_or_else(|| format!("{text:?} is not Unix seconds or an RFC 3339 time"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn created_times_parse() {
-        let t = |s| {
-            parse_created(s).map(|t| {
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or(-1.0)
-            })
-        };
-        assert_eq!(t("1970-01-01T00:00:00Z"), Ok(0.0));
-        assert_eq!(t("2019-02-05T15:39:06+01:00"), Ok(1_549_377_546.0));
-        assert_eq!(t("2019-02-05T14:39:06.5Z"), Ok(1_549_377_546.5));
-        assert!(t("2019-02-05 14:39:06Z").is_err());
-        assert!(t("2019-13-05T14:39:06Z").is_err());
-    }
 
     #[test]
     fn templates_hash_their_pieces() {
