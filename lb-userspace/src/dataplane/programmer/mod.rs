@@ -292,65 +292,23 @@ impl Programmer {
             (_, None) => maglev::default_size(n),
         };
         let previous = self.services.get(&spec.key).cloned();
-        let service_id = match &previous {
-            Some(p) => p.info.service_id,
-            None => self
-                .service_ids
-                .alloc(now)
-                .ok_or_else(|| exhausted(spec, "service ids", MAX_SERVICES))?,
+        // What this call allocates: handed back if a write fails, so a failed
+        // reconcile and its retries leak no id and no region.
+        let mut fresh = Fresh::default();
+        let written = self.write_regions(ops, spec, size, previous.as_ref(), now, &mut fresh);
+        let Written {
+            service_id,
+            backend_ids,
+            list_base,
+            table_base,
+            table,
+        } = match written {
+            Ok(done) => done,
+            Err(e) => {
+                self.roll_back(spec.key, fresh, now);
+                return Err(e);
+            }
         };
-        let mut backend_ids = Vec::with_capacity(n);
-        for (i, &addr) in spec.backends.iter().enumerate() {
-            let id = match self.backend_ids.get(&(spec.key, addr)) {
-                Some(&id) => id,
-                None => {
-                    let id = self
-                        .backend_id_pool
-                        .alloc(now)
-                        .ok_or_else(|| exhausted(spec, "backend ids", MAX_BACKENDS))?;
-                    self.backend_ids.insert((spec.key, addr), id);
-                    id
-                }
-            };
-            let flags = if addr.is_ipv6() { BACKEND_F_IPV6 } else { 0 };
-            ops.put_backend(
-                id,
-                Backend {
-                    addr: addr16(addr),
-                    flags,
-                    port_be: spec.ports.get(i).copied().unwrap_or(0).to_be(),
-                    service_id,
-                },
-            )?;
-            backend_ids.push(id);
-        }
-        let list_base = if n == 0 {
-            0
-        } else {
-            self.lists
-                .alloc(n as u32, now)
-                .ok_or_else(|| exhausted(spec, "backend-list slots", SERVICE_BACKEND_SLOTS))?
-        };
-        for (i, &id) in backend_ids.iter().enumerate() {
-            ops.put_list_entry(list_base + i as u32, id)?;
-        }
-        let table = if size == 0 {
-            Vec::new()
-        } else {
-            maglev::build_weighted(&spec.backends, &spec.weights, size)
-        };
-        let table_base = if size == 0 {
-            0
-        } else {
-            self.tables
-                .alloc(size, now)
-                .ok_or_else(|| exhausted(spec, "table slots", TABLE_CHUNKS * TABLE_CHUNK_SLOTS))?
-        };
-        for (c, slots) in table.chunks(TABLE_CHUNK_SLOTS as usize).enumerate() {
-            let mut chunk = TableChunk::default();
-            chunk.slots[..slots.len()].copy_from_slice(slots);
-            ops.put_table_chunk(table_base / TABLE_CHUNK_SLOTS + c as u32, chunk)?;
-        }
         let info = VipInfo {
             service_id,
             mode: spec.mode as u32,
@@ -359,7 +317,10 @@ impl Programmer {
             table_base,
             table_size: size,
         };
-        ops.put_vip(spec.key, info)?;
+        if let Err(e) = ops.put_vip(spec.key, info) {
+            self.roll_back(spec.key, fresh, now);
+            return Err(e);
+        }
         if let Some(old) = &previous {
             self.release(old, now);
             for addr in old.backends.iter().filter(|a| !spec.backends.contains(a)) {
@@ -388,6 +349,128 @@ impl Programmer {
         Ok(())
     }
 
+    /// Allocates what `spec` needs beyond what `previous` holds (recording it in
+    /// `fresh`) and writes its backends, list and table — nothing a packet reads yet.
+    fn write_regions(
+        &mut self,
+        ops: &mut impl MapOps,
+        spec: &ServiceSpec,
+        size: u32,
+        previous: Option<&Programmed>,
+        now: Instant,
+        fresh: &mut Fresh,
+    ) -> Result<Written, DataplaneError> {
+        let n = spec.backends.len();
+        let service_id = match previous {
+            Some(p) => p.info.service_id,
+            None => {
+                let id = self
+                    .service_ids
+                    .alloc(now)
+                    .ok_or_else(|| exhausted(spec, "service ids", MAX_SERVICES))?;
+                fresh.service_id = Some(id);
+                id
+            }
+        };
+        let mut backend_ids = Vec::with_capacity(n);
+        for (i, &addr) in spec.backends.iter().enumerate() {
+            let id = match self.backend_ids.get(&(spec.key, addr)) {
+                Some(&id) => id,
+                None => {
+                    let id = self
+                        .backend_id_pool
+                        .alloc(now)
+                        .ok_or_else(|| exhausted(spec, "backend ids", MAX_BACKENDS))?;
+                    self.backend_ids.insert((spec.key, addr), id);
+                    fresh.backends.push(addr);
+                    id
+                }
+            };
+            let flags = if addr.is_ipv6() { BACKEND_F_IPV6 } else { 0 };
+            ops.put_backend(
+                id,
+                Backend {
+                    addr: addr16(addr),
+                    flags,
+                    port_be: spec.ports.get(i).copied().unwrap_or(0).to_be(),
+                    service_id,
+                },
+            )?;
+            backend_ids.push(id);
+        }
+        let list_base = if n == 0 {
+            0
+        } else {
+            let base = self
+                .lists
+                .alloc(n as u32, now)
+                .ok_or_else(|| exhausted(spec, "backend-list slots", SERVICE_BACKEND_SLOTS))?;
+            fresh.list = Some((base, n as u32));
+            base
+        };
+        for (i, &id) in backend_ids.iter().enumerate() {
+            ops.put_list_entry(list_base + i as u32, id)?;
+        }
+        let table = if size == 0 {
+            Vec::new()
+        } else {
+            maglev::build_weighted(&spec.backends, &spec.weights, size)
+        };
+        let table_base = if size == 0 {
+            0
+        } else {
+            let base = self
+                .tables
+                .alloc(size, now)
+                .ok_or_else(|| exhausted(spec, "table slots", TABLE_CHUNKS * TABLE_CHUNK_SLOTS))?;
+            fresh.table = Some((base, size));
+            base
+        };
+        for (c, slots) in table.chunks(TABLE_CHUNK_SLOTS as usize).enumerate() {
+            let mut chunk = TableChunk::default();
+            chunk.slots[..slots.len()].copy_from_slice(slots);
+            ops.put_table_chunk(table_base / TABLE_CHUNK_SLOTS + c as u32, chunk)?;
+        }
+        Ok(Written {
+            service_id,
+            backend_ids,
+            list_base,
+            table_base,
+            table,
+        })
+    }
+
+    /// Hands back what a failed [`Programmer::program`] of `key` allocated. Nothing
+    /// points at it (the VIP entry was not written), but it goes through quarantine
+    /// like anything freed.
+    fn roll_back(&mut self, key: VipKey, fresh: Fresh, now: Instant) {
+        if let Some(id) = fresh.service_id {
+            self.service_ids.free(id, now);
+        }
+        for addr in fresh.backends {
+            if let Some(id) = self.backend_ids.remove(&(key, addr)) {
+                self.backend_id_pool.free(id, now);
+            }
+        }
+        if let Some((base, len)) = fresh.list {
+            self.lists.free(base, len, now);
+        }
+        if let Some((base, len)) = fresh.table {
+            self.tables.free(base, len, now);
+        }
+    }
+
+    /// Ids and pool units in use: `(service ids, backend ids, list slots, table
+    /// slots)`. A reconcile that fails and is retried must not make them grow.
+    pub fn pool_usage(&self) -> (usize, usize, u32, u32) {
+        (
+            self.service_ids.in_use(),
+            self.backend_id_pool.in_use(),
+            self.lists.in_use(),
+            self.tables.in_use(),
+        )
+    }
+
     /// Quarantines a replaced or removed service's regions.
     fn release(&mut self, old: &Programmed, now: Instant) {
         if old.info.list_len > 0 {
@@ -398,6 +481,28 @@ impl Programmer {
                 .free(old.info.table_base, old.info.table_size, now);
         }
     }
+}
+
+/// What [`Programmer::write_regions`] wrote, for the VIP entry that publishes it.
+#[derive(Debug)]
+struct Written {
+    service_id: u32,
+    backend_ids: Vec<u32>,
+    list_base: u32,
+    table_base: u32,
+    table: Vec<u16>,
+}
+
+/// What one [`Programmer::program`] call allocated so far.
+#[derive(Debug, Default)]
+struct Fresh {
+    service_id: Option<u32>,
+    /// Backends that got a new id.
+    backends: Vec<IpAddr>,
+    /// `(base, len)` of the new backend list.
+    list: Option<(u32, u32)>,
+    /// `(base, size)` of the new table.
+    table: Option<(u32, u32)>,
 }
 
 fn invalid(spec: &ServiceSpec, problem: String) -> DataplaneError {
