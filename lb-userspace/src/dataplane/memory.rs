@@ -32,9 +32,10 @@ pub struct MemoryDataplane {
     pub log: Vec<&'static str>,
     /// Writes attempted so far, failed ones included.
     pub writes: usize,
-    /// Fail the write with this 0-based number (counting every write attempted), as a
-    /// kernel map update can fail; the failed write changes nothing.
-    pub fail_write: Option<usize>,
+    /// Fail the writes with these 0-based numbers (counting every write attempted),
+    /// as kernel map updates can fail; a failed write changes nothing. Empty (the
+    /// default): none fails.
+    pub fail_writes: std::ops::Range<usize>,
 }
 
 impl MemoryDataplane {
@@ -42,7 +43,7 @@ impl MemoryDataplane {
     fn write(&mut self, op: &'static str) -> Result<(), DataplaneError> {
         let n = self.writes;
         self.writes += 1;
-        if self.fail_write == Some(n) {
+        if self.fail_writes.contains(&n) {
             return Err(DataplaneError::Map {
                 op,
                 map: "memory",

@@ -419,7 +419,7 @@ fn a_reconcile_failing_at_any_write_leaks_nothing_and_its_retry_converges() {
     for n in 0..writes {
         let (mut dp, mut p) = start();
         let usage_before = p.pool_usage();
-        dp.fail_write = Some(dp.writes + n);
+        dp.fail_writes = dp.writes + n..dp.writes + n + 1;
         let failed = p.apply(&mut dp, &after, t0);
         assert!(
             failed.is_err(),
