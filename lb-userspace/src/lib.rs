@@ -11,6 +11,7 @@ pub mod explain;
 pub mod fade_state;
 pub mod fadein;
 pub mod filestamp;
+pub mod fuzzing;
 pub mod health;
 pub mod l7;
 pub mod maglev;
