@@ -451,6 +451,19 @@ fn configs_with_durations_out_of_range_are_refused_on_sighup() {
     lbd.wait_source("config", "ok again", |s| state(s) == "ok");
     assert_eq!(lbd.lbctl_json(&["status"])["config_generation"], 2);
     all_three_serve(&topo, &lbd);
+    // The longest durations there are, everywhere at once, are accepted and run.
+    const MAX: &str = "\"2562047h47m16.854775807s\"";
+    let longest = in_node(&format!("header_timeout = {MAX}\nshutdown_timeout = {MAX}"))
+        .replace(
+            "port = 80\n",
+            &format!("port = 80\nfade_in = {{ window = {MAX} }}\nhealth_check = {{ interval = {MAX}, timeout = {MAX} }}\n"),
+        );
+    let line = lbd.reload(&longest);
+    assert!(line.contains("reloaded"), "{line}");
+    lbd.wait_source("config", "the longest durations", |s| state(s) == "ok");
+    assert_eq!(lbd.lbctl_json(&["status"])["config_generation"], 3);
+    all_three_serve(&topo, &lbd);
+    lbd.assert_running("after the longest durations");
     let (code, log) = lbd.stop();
     assert_eq!(code, Some(0), "{log}");
 }
