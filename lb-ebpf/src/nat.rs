@@ -396,7 +396,11 @@ fn claim_port(
         (1, 0)
     };
     let per_slice = count / slices;
-    let base = flow_hash(cfg.hash_seed ^ PORT_SEED_SALT, key);
+    // The time (in ~1 s steps) is mixed in: a client whose SYN found every candidate
+    // port taken tries other ports when it retransmits, instead of the same ones.
+    // (A retransmitted SYN of a flow that got a port finds its flow entry first.)
+    let salt = PORT_SEED_SALT ^ (now >> SEEN_SHIFT) as u32;
+    let base = flow_hash(cfg.hash_seed ^ salt, key);
     fill_entry(cfg, sc, key, backend_id, now);
     set_reply_key(sc, backend, nat, key, 0);
     let mut full = false;
@@ -543,6 +547,11 @@ fn track_reply(cfg: &GlobalConfig, r: *mut NatEntry, pkt: &Packet, now: u64) {
             }
             return;
         }
+    }
+    // A backend retransmitting its SYN-ACK is no sign of life from the client (a
+    // spoofed SYN gets exactly that): the SYN timeout runs from the client's SYN.
+    if protocol == proto::TCP && state == NatState::SynSent as u8 {
+        return;
     }
     // Refresh when more than a second of the timeout has run.
     let full = timeout(cfg, state, protocol);

@@ -77,38 +77,6 @@ pub fn ramp_start(
     start
 }
 
-/// Parses a duration the way route files and configs write them: an integer number of
-/// milliseconds, or a number with a unit `ms`, `s`, `m` or `h` (`"30s"`, `"1.5m"`).
-///
-/// # Errors
-/// A message saying what was expected.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => text.split_at(i),
-        None => (text, "ms"),
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. \"30s\", \"3m\", \"500ms\")"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}: use ms, s, m or h"
-            ));
-        }
-    };
-    if !(seconds.is_finite() && seconds >= 0.0) {
-        return Err(format!("{text:?} is not a non-negative duration"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,25 +201,5 @@ mod tests {
     #[test]
     fn start_in_the_future_counts_as_age_zero() {
         assert_eq!(age(at(10), at(5)), Duration::ZERO);
-    }
-
-    #[test]
-    fn durations_parse_like_route_files() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
-        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2000"), Ok(Duration::from_secs(2)));
-        assert!(
-            parse_duration("3d")
-                .expect_err("3d")
-                .contains("unknown unit")
-        );
-        assert!(
-            parse_duration("soon")
-                .expect_err("soon")
-                .contains("not a duration")
-        );
-        assert!(parse_duration("-5s").is_err());
     }
 }

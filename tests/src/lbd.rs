@@ -141,6 +141,51 @@ impl LbdProcess {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("lbctl {args:?}: {e}: {out}"))
     }
 
+    /// The source of `kind` (`config`, `endpointslices`, `etcd`, `routes`) in `lbctl
+    /// status`, if lbd reports one.
+    pub fn source(&self, kind: &str) -> Option<serde_json::Value> {
+        let status = self.lbctl_json(&["status"]);
+        status["sources"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["kind"] == kind).cloned())
+    }
+
+    /// Waits (15 s at most, polling the admin API) until the source of `kind`
+    /// satisfies `ok`, and returns it; panics with `what`, the source and the log
+    /// otherwise (also when lbd exits meanwhile).
+    pub fn wait_source(
+        &mut self,
+        kind: &str,
+        what: &str,
+        ok: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            self.assert_running(what);
+            let src = self.source(kind).unwrap_or_default();
+            if ok(&src) {
+                return src;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "{what}: the {kind} source is {src}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Panics (with `what` and the log) if lbd has exited.
+    pub fn assert_running(&mut self, what: &str) {
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            panic!("{what}: lbd exited with {status}:\n{}", self.log());
+        }
+    }
+
     /// Stops lbd with SIGTERM, which leaves the pinned data plane forwarding without
     /// an agent; returns the exit code.
     pub fn stop_leaving_running(&mut self) -> Option<i32> {

@@ -181,8 +181,10 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
     assert!(outcome.contains("reload rejected"), "{outcome}");
     // Line 7: the harness adds pin_path, state_dir and admin_socket lines under [node].
     assert!(
-        outcome.contains("lbd.toml:7:8: invalid type: integer `1`, expected a string"),
-        "names the file, line and problem: {outcome}"
+        outcome.contains(
+            "lbd.toml:7:8: service[0].name: invalid type: integer `1`, expected a string"
+        ),
+        "names the file, line, field and problem: {outcome}"
     );
     assert_all_held_intact(&mut held, &on, "after-bad-reload");
     let after_bad = http_requests(&topo.client, VIP, HTTP_PORT, 30);

@@ -21,7 +21,7 @@ fn config() -> String {
         .map(|i| format!("{{ address = \"{}\" }}", backend_addr(i)))
         .collect();
     let hc = format!(
-        "health_check = {{ kind = \"http\", port = 8081, path = \"/healthz\", interval = {INTERVAL_MS}, timeout = 150, rise = 2, fall = {FALL} }}"
+        "health_check = {{ kind = \"http\", port = 8081, path = \"/healthz\", interval = \"{INTERVAL_MS}ms\", timeout = \"150ms\", rise = 2, fall = {FALL} }}"
     );
     format!(
         "[node]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\n\n[[service]]\nname = \"web\"\nvip = \"{VIP}\"\nport = 80\n{hc}\nbackends = [{list}]\n\n[[service]]\nname = \"echo\"\nvip = \"{VIP}\"\nport = 7000\n{hc}\nbackends = [{list}]\n",

@@ -24,7 +24,7 @@ fn config(routes_file: &str, log_file: &str) -> String {
     format!(
         "[node]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\naccess_log = {{ file = \"{log_file}\" }}\n\n\
          [[service]]\nname = \"web\"\nvip = \"{VIP}\"\nport = 80\nmode = \"l7\"\nroutes_file = \"{routes_file}\"\n\
-         health_check = {{ kind = \"http\", port = 8081, path = \"/healthz\", interval = 200, timeout = 150, rise = 2, fall = 2 }}\n\
+         health_check = {{ kind = \"http\", port = 8081, path = \"/healthz\", interval = \"200ms\", timeout = \"150ms\", rise = 2, fall = 2 }}\n\
          backends = [{}]\n",
         list.join(", ")
     )

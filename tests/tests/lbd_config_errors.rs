@@ -86,3 +86,51 @@ fn missing_interface_fails_cleanly() {
         "{out}"
     );
 }
+
+/// Issue 14: durations no duration type holds made `--check-config` panic (exit 101).
+/// Each is now one line naming the file, the line, the field and the problem.
+#[test]
+fn durations_out_of_range_are_named_with_file_line_and_field() {
+    const HUGE: &str = "\"99999999999999999999999s\"";
+    let in_service = |line: &str| GOOD.replace("port = 80\n", &format!("port = 80\n{line}\n"));
+    let in_node = |line: &str| {
+        GOOD.replace(
+            "interface = \"eth0\"\n",
+            &format!("interface = \"eth0\"\n[node.l7]\n{line}\n"),
+        )
+    };
+    for (config, at, field) in [
+        (
+            in_service(&format!("fade_in = {{ window = {HUGE} }}")),
+            ":8:",
+            "service[0].fade_in.window",
+        ),
+        (
+            in_service(&format!("health_check = {{ interval = {HUGE} }}")),
+            ":8:",
+            "service[0].health_check.interval",
+        ),
+        (
+            in_node(&format!("header_timeout = {HUGE}")),
+            ":4:",
+            "node.l7.header_timeout",
+        ),
+        (
+            in_node(&format!("shutdown_timeout = {HUGE}")),
+            ":4:",
+            "node.l7.shutdown_timeout",
+        ),
+    ] {
+        let (code, out, path) = lbd_on(&config, true);
+        assert_eq!(code, Some(1), "{out}");
+        assert!(
+            out.contains(&format!("{path}{at}")),
+            "names file and line: {out}"
+        );
+        assert!(
+            out.contains(&format!("{field}: {HUGE} is out of range")),
+            "{out}"
+        );
+        assert_eq!(out.lines().count(), 1, "one line: {out}");
+    }
+}

@@ -640,3 +640,31 @@ fn a_nat_flow_of_an_earlier_owner_is_not_translated() {
         );
     });
 }
+
+#[test]
+fn a_backend_retransmitting_its_syn_ack_does_not_keep_a_spoofed_syns_port() {
+    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let out = rig.expect(&tcp(51000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);
+        let reply = reply_key(&out);
+        let (_, deadline) = nat_state(&rig, &reply).expect("entry");
+        // The client never answers; the backend retransmits its SYN-ACK a second on.
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        rig.expect(
+            &from_backend(&out, SYN | ACK).bytes,
+            action::TX,
+            Counter::TxNatReply,
+        );
+        let (state, after) = nat_state(&rig, &reply).expect("entry");
+        assert_eq!(state, NatState::SynSent);
+        assert_eq!(
+            after, deadline,
+            "the SYN timeout runs from the client's SYN"
+        );
+        // The client's own retransmitted SYN does refresh it.
+        rig.expect(&tcp(51000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);
+        let (_, refreshed) = nat_state(&rig, &reply).expect("entry");
+        assert!(refreshed > deadline, "{refreshed} > {deadline}");
+    });
+}

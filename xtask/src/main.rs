@@ -4,6 +4,7 @@
 //! toolchain, and `cargo xtask setup` must run on a machine that lacks it.
 
 mod cmd;
+mod fuzz;
 mod setup;
 
 use std::path::PathBuf;
@@ -52,6 +53,17 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Fuzz every parser of untrusted text (EndpointSlices, etcd values, the config,
+    /// eskip routes, durations, timestamps, consistent-hash key templates) with
+    /// cargo-fuzz on nightly, installing cargo-fuzz first if needed. Crashes become
+    /// regression seeds that `cargo test` replays.
+    Fuzz {
+        /// How long to run each target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Targets to run (default: all).
+        targets: Vec<String>,
+    },
     /// Run the main job on an embedded default: client → VIP → three backends, in
     /// network namespaces, with lbd on the LB node.
     Demo {
@@ -72,6 +84,10 @@ fn main() -> Result<()> {
         Command::Test { args } => test(&args),
         Command::Demo { args } => demo(&args),
         Command::Bench { what, args } => bench(&what, &args),
+        Command::Fuzz { seconds, targets } => {
+            setup::run()?;
+            fuzz::run(seconds, &targets)
+        }
     }
 }
 

@@ -9,7 +9,8 @@ use crate::{
 
 /// The file's services, then etcd's in key order (the same order on every node). An
 /// etcd service is checked like a file one; one whose name or VIP is already taken is
-/// left out. Returns the config and the etcd keys left out, with why.
+/// left out, and so is one with a `routes_file`: a value every node reads alike cannot
+/// name a file of one node (nor make lbd read whatever file a writer to etcd likes). Returns the config and the etcd keys left out, with why.
 pub fn compose(
     file: &ValidConfig,
     etcd: Option<&EtcdMirror>,
@@ -26,6 +27,13 @@ pub fn compose(
         .map(|s| (s.vip, s.port, s.protocol))
         .collect();
     for (key, svc) in etcd.services() {
+        if svc.routes_file.is_some() {
+            rejected.push((
+                key.to_owned(),
+                "routes_file: a service from etcd cannot name a file on the node; give its routes inline (routes)".to_owned(),
+            ));
+            continue;
+        }
         if let Err((field, problem)) = check_service(svc, &file.node) {
             rejected.push((key.to_owned(), format!("{field}: {problem}")));
             continue;
@@ -112,6 +120,46 @@ mod tests {
         assert_eq!(why.len(), 2, "{why:?}");
         let bad: Vec<&str> = mirror.rejected().map(|(k, _)| k).collect();
         assert_eq!(bad, ["/lb/services/c"], "port 0 does not even parse");
+    }
+
+    /// An etcd value is the same for every node: it cannot name a file on one of
+    /// them. A `routes_file` service from etcd is refused with its key; inline routes
+    /// are fine.
+    #[test]
+    fn etcd_services_may_not_name_local_files() {
+        let file = crate::config::parse(
+            "[node]\ninterface = \"eth0\"\n[node.etcd]\nendpoints = [\"http://e:2379\"]\n",
+            "t",
+        )
+        .expect("valid");
+        let l7 = |name: &str, extra: &str| {
+            format!("{{\"name\":\"{name}\",\"vip\":\"198.18.100.1\",\"port\":80,\"mode\":\"l7\",\"backends\":[{{\"address\":\"198.18.0.12\"}}]{extra}}}").into_bytes()
+        };
+        let mut mirror = EtcdMirror::new("/lb");
+        mirror.apply(EtcdMessage::Snapshot {
+            revision: 3,
+            kvs: vec![
+                (
+                    "/lb/services/site".into(),
+                    l7("site", ",\"routes_file\":\"/etc/passwd\""),
+                ),
+                (
+                    "/lb/services/ok".into(),
+                    l7("ok", ",\"routes\":\"r: * -> <roundRobin>;\""),
+                ),
+            ],
+        });
+        let (config, rejected) = compose(&file, Some(&mirror));
+        let names: Vec<&str> = config.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["ok"], "{rejected:?}");
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(rejected[0].0, "/lb/services/site");
+        assert!(
+            rejected[0]
+                .1
+                .starts_with("routes_file: a service from etcd cannot name a file"),
+            "{rejected:?}"
+        );
     }
 
     /// A slice of Service `default/svc-<svc>` named `<name>` with endpoints from `bits`.

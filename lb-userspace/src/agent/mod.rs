@@ -2,36 +2,48 @@
 //! takes it down again cleanly.
 
 use std::{
-    ffi::CString,
     net::IpAddr,
-    path::Path,
     time::{Instant, SystemTime},
 };
 
-use lb_common::Counter;
-
 use crate::{
     admin::{Histogram, ReconcileRecord},
-    bpffs,
     config::ValidConfig,
-    dataplane::{
-        ApplyReport, DataplaneError, MapOps as _, Programmer, ServiceSpec,
-        kernel::{AttachOutcome, KernelDataplane, LINK_PIN},
-        neighbour,
-    },
+    dataplane::{ApplyReport, DataplaneError, MapOps, Programmer, ServiceSpec},
     fade_state::FadeStarts,
     health::{Outcome, Probe, ProbeTarget},
     sources::{
         etcd::{EtcdMessage, EtcdMirror, mirror::MirrorChange},
         slicedir::{Discovered, SliceDir},
     },
-    sysctl::Forwarding,
 };
 
 mod compose;
 pub use compose::{compose, discover};
+mod kernel;
+pub use kernel::{KernelHost, cleanup, ifindex};
 mod specs;
 mod views;
+
+use crate::dataplane::kernel::KernelDataplane;
+
+/// What a reconcile changes on the node besides the maps. The kernel's is
+/// [`KernelHost`]; tests use one that does nothing, so that reconciles run without
+/// root.
+pub trait Host {
+    /// Makes the kernel keep `addr`'s neighbour entry resolved on the node's
+    /// interface, so the data plane's FIB lookups find a next hop.
+    ///
+    /// # Errors
+    /// [`AgentError::Neighbour`].
+    fn keep_resolved(&mut self, addr: IpAddr) -> Result<(), AgentError>;
+
+    /// Enables IPv6 forwarding on the interface (once; later calls do nothing).
+    ///
+    /// # Errors
+    /// [`AgentError::Sysctl`].
+    fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError>;
+}
 
 pub use specs::{
     BackendHealth, HealthMap, global_config, service_specs, service_specs_with, specs_at,
@@ -84,10 +96,12 @@ pub enum AgentError {
     },
 }
 
-/// A running data plane for one config.
+/// A running data plane for one config: the kernel's ([`Agent::start`]) by default,
+/// any [`MapOps`] with any [`Host`] in tests.
 #[derive(Debug)]
-pub struct Agent {
-    dataplane: KernelDataplane,
+pub struct Agent<D = KernelDataplane, H = KernelHost> {
+    dataplane: D,
+    host: H,
     programmer: Programmer,
     /// What runs: the file's services plus etcd's.
     config: ValidConfig,
@@ -97,8 +111,6 @@ pub struct Agent {
     etcd: Option<EtcdMirror>,
     /// etcd services left out (invalid, or clashing with another), with why.
     etcd_rejected: Vec<(String, String)>,
-    ifindex: u32,
-    forwarding: Vec<Forwarding>,
     /// Backends removed by a reload whose established flows may still run.
     drained: Vec<IpAddr>,
     /// Fade-in ramp start times (persisted).
@@ -122,35 +134,20 @@ pub struct Agent {
     retry: bool,
 }
 
-impl Agent {
-    /// Loads the data plane, programs every service, makes the kernel keep backend
-    /// neighbours resolved, enables forwarding, then attaches — in that order, so the
-    /// first packet already sees complete tables.
+impl<D: MapOps, H: Host> Agent<D, H> {
+    /// Assembles an agent over `dataplane`, whose maps `programmer` describes (empty,
+    /// or adopted from a previous agent's pins): reads the sources (slice directory;
+    /// etcd is heard from later) and programs what they say.
     ///
-    /// # Errors
-    /// [`AgentError`] saying which step failed; nothing stays attached in that case.
-    ///
-    /// With a pin directory, a data plane left running by a previous agent is adopted:
-    /// its maps (conntrack included) are reused, its services taken over, and its XDP
-    /// link switched to the new program atomically.
-    pub fn start(config: ValidConfig) -> Result<Self, AgentError> {
-        let interface = config.node.interface.clone();
-        let ifindex = ifindex(&interface)?;
-        let pin_dir = config.node.pin_dir().map(Path::to_path_buf);
-        if let Some(dir) = &pin_dir {
-            bpffs::ensure(dir).map_err(|source| AgentError::PinDir {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        let mut dataplane = KernelDataplane::load_sized(pin_dir.as_deref(), &config.flow_tables)?;
-        let mut programmer = Programmer::default();
-        programmer.set_answer_ping(config.node.answer_ping);
-        let adopted = programmer.adopt(dataplane.maps())?;
-        if adopted > 0 {
-            log::info!("adopted {adopted} services from the pinned data plane");
-        }
-        dataplane.set_config(global_config(&config))?;
+    /// A first reconcile that fails is recorded (`lbctl status`) and retried by
+    /// [`Agent::tick`] instead of failing: what the sources hold must not keep lbd from
+    /// starting, or one bad document would crash-loop every node that reads it.
+    pub fn assemble(
+        config: ValidConfig,
+        dataplane: D,
+        host: H,
+        mut programmer: Programmer,
+    ) -> Self {
         let mut starts = FadeStarts::load(state_path(&config));
         let mut slices = (!config.node.endpointslice_dir.is_empty())
             .then(|| SliceDir::new(&config.node.endpointslice_dir));
@@ -169,61 +166,32 @@ impl Agent {
             starts.hold(true);
         }
         let discovered = compose::discover(slices.as_ref(), etcd.as_ref());
-        let (specs, fading) = specs_at(
-            &config,
-            &discovered,
-            &mut starts,
-            &HealthMap::new(),
-            SystemTime::now(),
-        );
-        save_starts(&mut starts);
-        let began = Instant::now();
-        programmer.apply(&mut dataplane, &specs, Instant::now())?;
-        let mut reconciles = Histogram::default();
-        let first = record("start", began, None, &mut reconciles);
-        for addr in dsr_backends(&specs) {
-            neighbour::ensure_managed(ifindex, addr).map_err(|source| AgentError::Neighbour {
-                addr,
-                interface: interface.clone(),
-                source,
-            })?;
-        }
-        let mut forwarding = vec![enable_forwarding("ipv4", &interface)?];
-        if specs
-            .iter()
-            .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
-        {
-            forwarding.push(enable_forwarding("ipv6", &interface)?);
-        }
-        let link_pin = pin_dir.as_ref().map(|d| d.join(LINK_PIN));
-        match dataplane.attach(&interface, config.node.xdp_mode, link_pin.as_deref())? {
-            AttachOutcome::Replaced => {
-                log::info!("took over the running XDP program on {interface}")
-            }
-            AttachOutcome::Attached => {}
-        }
-        dataplane.finish_migration()?;
-        Ok(Self {
+        let mut agent = Self {
             dataplane,
+            host,
             programmer,
             file: config.clone(),
             config,
             etcd,
             etcd_rejected: Vec::new(),
-            ifindex,
-            forwarding,
             drained: Vec::new(),
             starts,
-            applied: specs,
-            fading,
+            applied: Vec::new(),
+            fading: false,
             fade_rebuilds: 0,
             health: HealthMap::new(),
             slices,
             discovered,
-            reconciles,
-            last_reconcile: Some(first),
+            reconciles: Histogram::default(),
+            last_reconcile: None,
             retry: false,
-        })
+        };
+        let (specs, fading) = agent.specs_now(SystemTime::now());
+        save_starts(&mut agent.starts);
+        if let Err(err) = agent.reprogram(specs, fading, "start") {
+            log::error!("programming the sources' services failed, retrying every second: {err}");
+        }
+        agent
     }
 
     /// Moves the data plane to `config`: changed services are swapped atomically,
@@ -270,25 +238,32 @@ impl Agent {
     /// # Errors
     /// A data-plane failure; the next tick retries.
     pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
-        let mut rebuilt = false;
-        if self.retry {
-            // A reconcile failed (a map write, a neighbour entry): what the sources
-            // say now is still not programmed.
-            let (specs, fading) = self.specs_now(now);
-            self.reprogram(specs, fading, "retry")?;
-            log::info!("retried the failed reconcile: the data plane is up to date");
-            rebuilt = true;
-        }
-        if self.slices.as_mut().is_some_and(SliceDir::scan) {
+        // The sources are read first, whatever the data plane does: a reconcile that
+        // keeps failing must not stop the directory from being watched, and the next
+        // one that succeeds programs what the sources say by then.
+        let scanned = self.slices.as_mut().is_some_and(SliceDir::scan);
+        if scanned {
             self.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
+        }
+        let mut rebuilt = false;
+        if scanned || self.retry {
+            // A failed reconcile (a map write, a neighbour entry) is retried with what
+            // the sources say now.
+            let retrying = self.retry;
             let (specs, fading) = self.specs_now(now);
             save_starts(&mut self.starts);
-            let report = self.reprogram(specs, fading, "endpointslices")?;
-            log::info!(
-                "EndpointSlices changed: {} services reprogrammed, {} unchanged",
-                report.programmed,
-                report.unchanged
-            );
+            let trigger = if scanned { "endpointslices" } else { "retry" };
+            let report = self.reprogram(specs, fading, trigger)?;
+            if scanned {
+                log::info!(
+                    "EndpointSlices changed: {} services reprogrammed, {} unchanged",
+                    report.programmed,
+                    report.unchanged
+                );
+            }
+            if retrying {
+                log::info!("retried the failed reconcile: the data plane is up to date");
+            }
             rebuilt = true;
         }
         if !self.fading {
@@ -413,22 +388,14 @@ impl Agent {
     ) -> Result<ApplyReport, AgentError> {
         let old = dsr_backends(&self.applied);
         let new = dsr_backends(&specs);
-        let interface = self.config.node.interface.clone();
         for &addr in new.iter().filter(|a| !old.contains(a)) {
-            neighbour::ensure_managed(self.ifindex, addr).map_err(|source| {
-                AgentError::Neighbour {
-                    addr,
-                    interface: interface.clone(),
-                    source,
-                }
-            })?;
+            self.host.keep_resolved(addr)?;
         }
-        if self.forwarding.len() < 2
-            && specs
-                .iter()
-                .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
+        if specs
+            .iter()
+            .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
         {
-            self.forwarding.push(enable_forwarding("ipv6", &interface)?);
+            self.host.enable_ipv6_forwarding()?;
         }
         let report = self
             .programmer
@@ -447,9 +414,7 @@ impl Agent {
             let Some(hc) = &svc.health_check else {
                 continue;
             };
-            let (Ok(interval), Ok(timeout)) = (hc.interval.parse(), hc.timeout.parse()) else {
-                continue;
-            };
+            let (interval, timeout) = (hc.interval.get(), hc.timeout.get());
             let probe = match hc.kind {
                 crate::config::HealthCheckKind::Tcp => Probe::Tcp,
                 crate::config::HealthCheckKind::Http => Probe::Http {
@@ -535,22 +500,9 @@ impl Agent {
         self.fade_rebuilds
     }
 
-    /// The loaded data plane (counters, maps).
-    pub fn dataplane(&self) -> &KernelDataplane {
-        &self.dataplane
-    }
-
     /// What is programmed, service by service.
     pub fn programmer(&self) -> &Programmer {
         &self.programmer
-    }
-
-    /// Every global counter, summed over CPUs, in index order.
-    ///
-    /// # Errors
-    /// A map read failed.
-    pub fn counters(&self) -> Result<Vec<(Counter, u64)>, DataplaneError> {
-        self.dataplane.maps().counters()
     }
 
     /// Latency histogram of every reconcile so far.
@@ -573,112 +525,6 @@ impl Agent {
     pub fn config(&self) -> &ValidConfig {
         &self.config
     }
-
-    /// Exits leaving the data plane running: pinned maps and link keep forwarding, with
-    /// conntrack, until the next agent adopts them. Without a pin directory there is
-    /// nothing to leave behind, so this is [`Agent::shutdown`].
-    ///
-    /// # Errors
-    /// As [`Agent::shutdown`] when pinning is off.
-    pub fn leave_running(self) -> Result<(), AgentError> {
-        match self.config.node.pin_dir() {
-            Some(dir) => {
-                log::info!(
-                    "leaving the data plane running (pinned at {})",
-                    dir.display()
-                );
-                Ok(())
-            }
-            None => self.shutdown(),
-        }
-    }
-
-    /// Tears everything down: detaches the program, removes the pins and the neighbour
-    /// entries the agent made, and restores the interface's forwarding settings.
-    ///
-    /// # Errors
-    /// The detach failed (the program is still detached when the agent is dropped).
-    pub fn shutdown(mut self) -> Result<(), AgentError> {
-        self.dataplane.detach()?;
-        if let Some(dir) = self.config.node.pin_dir()
-            && let Err(err) = KernelDataplane::unpin_maps(dir)
-        {
-            log::warn!("removing map pins under {}: {err}", dir.display());
-        }
-        let mut made = dsr_backends(&self.applied);
-        made.extend(self.drained.iter().copied());
-        made.sort_unstable();
-        made.dedup();
-        for addr in made {
-            if let Err(err) = neighbour::remove(self.ifindex, addr) {
-                log::warn!("removing neighbour entry for {addr}: {err}");
-            }
-        }
-        for f in self.forwarding {
-            if let Err(err) = f.restore() {
-                log::warn!(
-                    "restoring forwarding on {}: {err}",
-                    self.config.node.interface
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Removes a data plane that an agent left running (`lbd --cleanup`): the pinned XDP
-/// link (which detaches the program), the map pins and the backends' neighbour entries.
-///
-/// # Errors
-/// A pin that exists could not be removed.
-pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
-    let mut backends = dsr_backends(&service_specs(config));
-    if let Some(dir) = config.node.pin_dir() {
-        // What was programmed — from the file, EndpointSlices or etcd alike — is in
-        // the pinned maps; read it before the pins go.
-        if let Ok(maps) = crate::dataplane::maps::MapSet::open_pinned(dir) {
-            backends.extend(programmed_backends(&maps));
-        }
-        let pin_error = |source| AgentError::PinDir {
-            path: dir.display().to_string(),
-            source,
-        };
-        match std::fs::remove_file(dir.join(LINK_PIN)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(pin_error(e)),
-            _ => {}
-        }
-        KernelDataplane::unpin_maps(dir).map_err(pin_error)?;
-    }
-    backends.sort_unstable();
-    backends.dedup();
-    if let Ok(index) = ifindex(&config.node.interface) {
-        for addr in backends {
-            if let Err(err) = neighbour::remove(index, addr) {
-                log::warn!("removing neighbour entry for {addr}: {err}");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Backends in the lists of the `dsr` and `nat` services of a data plane: those whose
-/// neighbour entries lbd keeps resolved.
-fn programmed_backends(maps: &impl crate::dataplane::MapRead) -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    for (_, info) in maps.vips().unwrap_or_default() {
-        if lb_common::ForwardingMode::from_u32(info.mode) == Some(lb_common::ForwardingMode::L7) {
-            continue;
-        }
-        for i in 0..info.list_len {
-            let backend = maps
-                .list_entry(info.list_base + i)
-                .and_then(|id| maps.backend(id));
-            if let Ok(b) = backend {
-                out.push(crate::dataplane::from_addr16(b.addr));
-            }
-        }
-    }
-    out
 }
 
 /// Counts a reconcile that began at `began` into `histogram` and describes it.
@@ -703,32 +549,6 @@ fn record(
 fn save_starts(starts: &mut FadeStarts) {
     if let Err(err) = starts.save() {
         log::warn!("saving fade-in state: {err} (ramps restart if lbd restarts)");
-    }
-}
-
-fn enable_forwarding(family: &'static str, interface: &str) -> Result<Forwarding, AgentError> {
-    Forwarding::enable(family, interface).map_err(|source| AgentError::Sysctl {
-        family,
-        interface: interface.to_owned(),
-        source,
-    })
-}
-
-/// The interface index of `name` in the calling thread's network namespace.
-///
-/// # Errors
-/// [`AgentError::NoSuchInterface`].
-pub fn ifindex(name: &str) -> Result<u32, AgentError> {
-    let missing = || AgentError::NoSuchInterface {
-        name: name.to_owned(),
-    };
-    let c_name = CString::new(name).map_err(|_| missing())?;
-    // SAFETY: c_name is a valid NUL-terminated string.
-    let index = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
-    if index == 0 {
-        Err(missing())
-    } else {
-        Ok(index)
     }
 }
 

@@ -51,12 +51,10 @@ pub fn specs_at(
     let mut specs = service_specs_with(config, discovered);
     let mut fading = false;
     for (spec, svc) in specs.iter_mut().zip(&config.services) {
-        let fade = svc.fade_in.as_ref().and_then(|f| {
-            Some(FadeIn {
-                window: f.window.parse().ok()?,
-                exponent: f.exponent,
-                min_weight: f.min_weight,
-            })
+        let fade = svc.fade_in.as_ref().map(|f| FadeIn {
+            window: f.window.get(),
+            exponent: f.exponent,
+            min_weight: f.min_weight,
         });
         let created = svc.endpoint_slices.as_ref().and_then(|e| {
             discovered

@@ -317,3 +317,143 @@ ports: [{ name: http, port: 80 }]
         assert!(specs[0].backends.is_empty());
     }
 }
+
+/// Reconciles through an in-memory data plane that can be told to fail: sources keep
+/// being read while the data plane fails, and the first reconcile that succeeds
+/// serves what the sources say then, with nothing leaked.
+mod reconcile {
+    use std::path::Path;
+
+    use super::super::*;
+    use crate::dataplane::{MapRead as _, memory::MemoryDataplane};
+
+    /// A node that needs nothing from the kernel.
+    #[derive(Debug, Default)]
+    struct NoHost;
+
+    impl Host for NoHost {
+        fn keep_resolved(&mut self, _: IpAddr) -> Result<(), AgentError> {
+            Ok(())
+        }
+        fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
+            Ok(())
+        }
+    }
+
+    type TestAgent = Agent<MemoryDataplane, NoHost>;
+
+    fn slice(addrs: &[&str]) -> String {
+        let eps: Vec<String> = addrs
+            .iter()
+            .map(|a| format!("{{\"addresses\":[\"{a}\"]}}"))
+            .collect();
+        format!(
+            "{{\"apiVersion\":\"discovery.k8s.io/v1\",\"kind\":\"EndpointSlice\",\"metadata\":{{\"name\":\"web-1\",\"namespace\":\"shop\",\"labels\":{{\"kubernetes.io/service-name\":\"web\"}}}},\"addressType\":\"IPv4\",\"endpoints\":[{}],\"ports\":[{{\"name\":\"http\",\"port\":80}}]}}",
+            eps.join(",")
+        )
+    }
+
+    fn agent(dir: &Path) -> TestAgent {
+        let text = format!(
+            "[node]\ninterface = \"eth0\"\nstate_dir = \"\"\nendpointslice_dir = \"{}\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nendpoint_slices = {{ namespace = \"shop\", service = \"web\", port = \"http\" }}\n[[service]]\nname = \"fixed\"\nvip = \"198.18.100.2\"\nport = 80\nbackends = [{{ address = \"198.18.0.21\" }}]\n",
+            dir.display()
+        );
+        let config = crate::config::parse(&text, "test").expect("valid");
+        Agent::assemble(
+            config,
+            MemoryDataplane::default(),
+            NoHost,
+            Programmer::default(),
+        )
+    }
+
+    /// Backends per VIP as the data plane's lists hold them.
+    fn served(a: &TestAgent) -> Vec<(VipKeyText, Vec<IpAddr>)> {
+        let dp = &a.dataplane;
+        let mut out: Vec<_> = dp
+            .vips()
+            .expect("vips")
+            .into_iter()
+            .map(|(key, info)| {
+                let backends = (0..info.list_len)
+                    .map(|i| {
+                        let id = dp.list_entry(info.list_base + i).expect("list");
+                        crate::dataplane::from_addr16(dp.backend(id).expect("backend").addr)
+                    })
+                    .collect();
+                (crate::explain::vip_text(&key), backends)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    type VipKeyText = String;
+
+    fn slice_source(a: &TestAgent) -> String {
+        a.sources("lbd.toml", None)
+            .into_iter()
+            .find(|s| s.kind == "endpointslices")
+            .expect("a slice source")
+            .state
+    }
+
+    #[test]
+    fn a_failing_data_plane_does_not_stop_the_slice_directory_and_the_retry_converges() {
+        let dir = std::env::temp_dir().join(format!("lbd-reconcile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("web.json"), slice(&["198.18.0.11"])).expect("write");
+        let mut a = agent(&dir);
+        assert!(a.last_reconcile().is_some_and(|r| r.error.is_none()));
+        let usage = a.programmer().pool_usage();
+
+        // The data plane starts failing every write; an edit cannot be programmed.
+        a.dataplane.fail_writes = a.dataplane.writes..usize::MAX;
+        std::fs::write(dir.join("web.json"), slice(&["198.18.0.11", "198.18.0.12"]))
+            .expect("write");
+        assert!(a.tick(SystemTime::now()).is_err());
+        // While it fails, the directory is still read: a bad file is reported...
+        std::fs::write(
+            dir.join("bad.yaml"),
+            slice(&["198.18.0.13"]).replace(
+                "\"name\":\"web-1\"",
+                "\"name\":\"web-2\",\"creationTimestamp\":\"2024-01-01T00:00:00+0\u{e9}00\"",
+            ),
+        )
+        .expect("write");
+        assert!(a.tick(SystemTime::now()).is_err());
+        let state = slice_source(&a);
+        assert!(
+            state.starts_with("rejected ") && state.contains("bad.yaml"),
+            "{state}"
+        );
+        assert!(state.contains("metadata.creationTimestamp"), "{state}");
+        // ... and a later edit is taken in.
+        std::fs::write(
+            dir.join("web.json"),
+            slice(&["198.18.0.11", "198.18.0.12", "198.18.0.14"]),
+        )
+        .expect("write");
+        assert!(a.tick(SystemTime::now()).is_err());
+        assert_eq!(
+            a.programmer().pool_usage(),
+            usage,
+            "failed attempts hold nothing"
+        );
+
+        // The data plane heals: the next tick programs what the directory says now,
+        // exactly what a fresh agent on the same directory serves.
+        a.dataplane.fail_writes = 0..0;
+        assert!(a.tick(SystemTime::now()).is_ok());
+        assert!(a.last_reconcile().is_some_and(|r| r.error.is_none()));
+        let fresh = agent(&dir);
+        assert_eq!(served(&a), served(&fresh));
+        assert_eq!(a.programmer().pool_usage(), fresh.programmer().pool_usage());
+        assert!(
+            served(&a).iter().any(|(_, b)| b.len() == 3),
+            "the last edit is served: {:?}",
+            served(&a)
+        );
+        std::fs::remove_dir_all(dir).expect("cleanup");
+    }
+}

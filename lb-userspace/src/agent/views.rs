@@ -137,7 +137,9 @@ impl Agent {
         }
         Ok(out)
     }
+}
 
+impl<D, H> Agent<D, H> {
     /// Where services and endpoints come from, and whether each reads cleanly
     /// (`config_error`: why the config file's latest version was rejected).
     pub fn sources(&self, config_path: &str, config_error: Option<&str>) -> Vec<SourceStatus> {

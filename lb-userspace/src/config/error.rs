@@ -13,8 +13,8 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The TOML is malformed or does not match the schema (unknown field, wrong type,
-    /// unparsable address, unknown enum value).
-    #[error("{file}:{line}:{column}: {message}")]
+    /// unparsable address or duration, unknown enum value).
+    #[error("{file}:{line}:{column}: {at}{message}", at = field_prefix(field.as_deref()))]
     Syntax {
         /// Path of the file.
         file: String,
@@ -22,7 +22,10 @@ pub enum ConfigError {
         line: usize,
         /// 1-based column, 0 when unknown.
         column: usize,
-        /// The parser's message, naming the field where it can.
+        /// Dotted path of the value at that position (`service[0].fade_in.window`),
+        /// when the position is in a value.
+        field: Option<String>,
+        /// The parser's message.
         message: String,
     },
     /// A value parses but is not acceptable.
@@ -37,4 +40,9 @@ pub enum ConfigError {
         /// What is wrong and what would be accepted.
         problem: String,
     },
+}
+
+/// `"field: "` for a known field, else nothing.
+fn field_prefix(field: Option<&str>) -> String {
+    field.map_or_else(String::new, |f| format!("{f}: "))
 }

@@ -37,14 +37,14 @@ pub struct NatTimeoutsConfig {
 
 impl Default for NatTimeoutsConfig {
     fn default() -> Self {
-        let text = |t: &str| DurationText::Text(t.into());
+        let secs = |s: u64| DurationText::Millis(s * 1000);
         Self {
-            tcp_syn: text("10s"),
-            tcp_established: text("6h"),
-            tcp_closing: text("2m"),
-            tcp_time_wait: text("60s"),
-            tcp_closed: text("0s"),
-            udp: text("60s"),
+            tcp_syn: secs(10),
+            tcp_established: secs(6 * 3600),
+            tcp_closing: secs(120),
+            tcp_time_wait: secs(60),
+            tcp_closed: secs(0),
+            udp: secs(60),
         }
     }
 }
@@ -94,9 +94,7 @@ pub fn validate(
         }
     }
     let ns = |field: &str, text: &DurationText, positive: bool| {
-        let d = text
-            .parse()
-            .map_err(|e| (format!("nat_timeouts.{field}"), e))?;
+        let d = text.get();
         if d > MAX_TIMEOUT {
             return Err((
                 format!("nat_timeouts.{field}"),
@@ -160,19 +158,19 @@ mod tests {
         let err = validate(4096, 4096, u32::MAX, &ok).expect_err("too big");
         assert_eq!(err.0, "nat_entries");
         let long = NatTimeoutsConfig {
-            udp: DurationText::Text("8d".into()),
+            udp: DurationText::Millis(8 * 24 * 3600 * 1000),
             ..NatTimeoutsConfig::default()
         };
         let err = validate(4096, 4096, 4096, &long).expect_err("too long");
         assert_eq!(err.0, "nat_timeouts.udp");
         let zero = NatTimeoutsConfig {
-            tcp_syn: DurationText::Text("0s".into()),
+            tcp_syn: DurationText::Millis(0),
             ..NatTimeoutsConfig::default()
         };
         let err = validate(4096, 4096, 4096, &zero).expect_err("zero");
         assert_eq!(err.0, "nat_timeouts.tcp_syn");
         let closed = NatTimeoutsConfig {
-            tcp_closed: DurationText::Text("250ms".into()),
+            tcp_closed: DurationText::Millis(250),
             ..NatTimeoutsConfig::default()
         };
         let t = validate(4096, 4096, 4096, &closed).expect("valid");

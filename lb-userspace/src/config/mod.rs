@@ -3,6 +3,7 @@
 
 mod error;
 mod flows;
+mod locate;
 mod model;
 
 use std::{collections::HashSet, path::Path};
@@ -89,11 +90,13 @@ fn line_of(text: &str, name: &str) -> usize {
 /// address), [`ConfigError::Invalid`] for values that parse but make no sense.
 pub fn parse(text: &str, file: &str) -> Result<ValidConfig, ConfigError> {
     let raw: Config = toml::from_str(text).map_err(|err| {
-        let (line, column) = err.span().map_or((0, 0), |span| line_col(text, span.start));
+        let span = err.span();
+        let (line, column) = span.as_ref().map_or((0, 0), |s| line_col(text, s.start));
         ConfigError::Syntax {
             file: file.to_owned(),
             line,
             column,
+            field: span.and_then(|s| locate::field_at(text, s.start)),
             message: err.message().to_owned(),
         }
     })?;
@@ -279,11 +282,7 @@ pub fn check_service(svc: &ServiceConfig, node: &NodeConfig) -> Result<(), (Stri
         }
     }
     if let Some(fade) = &svc.fade_in {
-        let window = fade
-            .window
-            .parse()
-            .map_err(|e| fail("fade_in.window".into(), e))?;
-        if window.is_zero() {
+        if fade.window.get().is_zero() {
             return Err(fail(
                 "fade_in.window".into(),
                 "must be longer than 0".into(),
@@ -325,10 +324,7 @@ pub fn check_service(svc: &ServiceConfig, node: &NodeConfig) -> Result<(), (Stri
             ));
         }
         for (name, d) in [("interval", &hc.interval), ("timeout", &hc.timeout)] {
-            let d = d
-                .parse()
-                .map_err(|e| fail(format!("health_check.{name}"), e))?;
-            if d.is_zero() {
+            if d.get().is_zero() {
                 return Err(fail(
                     format!("health_check.{name}"),
                     "must be longer than 0".into(),
@@ -389,7 +385,13 @@ fn check_etcd(etcd: &EtcdConfig) -> Result<(), String> {
 
 /// 1-based line and column of a byte offset.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    // The parser's offsets are character boundaries; should one not be, the line is
+    // still right and the column counts from the boundary before it.
+    let end = (0..=offset.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let before = text.get(..end).unwrap_or("");
     let line = before.matches('\n').count() + 1;
     let column = before.len() - before.rfind('\n').map_or(0, |p| p + 1) + 1;
     (line, column)

@@ -316,11 +316,11 @@ fn default_health_path() -> String {
 }
 
 fn default_interval() -> DurationText {
-    DurationText::Text("2s".into())
+    DurationText::Millis(2000)
 }
 
 fn default_timeout() -> DurationText {
-    DurationText::Text("1s".into())
+    DurationText::Millis(1000)
 }
 
 fn default_rise() -> u32 {
@@ -335,7 +335,7 @@ fn default_fall() -> u32 {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FadeInConfig {
-    /// Ramp length: milliseconds, or `"30s"`, `"3m"`, `"500ms"`, `"1h"`.
+    /// Ramp length, e.g. `"30s"`, `"3m"`, `"1m30s"`.
     pub window: DurationText,
     /// Ramp shape (default 1, linear; like skipper's `fadeIn` exponent).
     #[serde(default = "default_exponent")]
@@ -356,26 +356,77 @@ fn default_min_weight() -> f64 {
     0.05
 }
 
-/// A duration written as milliseconds or with a unit; parsed when validated.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(untagged)]
+/// A duration in the config, in Go's syntax with a unit (`"30s"`, `"1m30s"`, `"1.5h"`,
+/// `"300ms"`; see [`crate::units::duration`]). Parsed when the file is read, so a value
+/// that is malformed, negative or out of range refuses the file with its line and
+/// field, and every use reads a ready `Duration`.
+///
+/// A bare number is refused: it used to mean milliseconds, which nobody guesses from
+/// `interval = 2`.
+#[derive(Clone, Copy, Debug)]
 pub enum DurationText {
-    /// Milliseconds.
+    /// Milliseconds: how code writes its defaults.
     Millis(u64),
-    /// `"30s"`-style text.
-    Text(String),
+    /// Read from a file.
+    Parsed(std::time::Duration),
 }
 
 impl DurationText {
     /// The duration.
+    pub fn get(&self) -> std::time::Duration {
+        match *self {
+            DurationText::Millis(ms) => std::time::Duration::from_millis(ms),
+            DurationText::Parsed(d) => d,
+        }
+    }
+
+    /// The duration, for callers written when the text was parsed where it was used.
     ///
     /// # Errors
-    /// Text that is not a duration.
+    /// None: the text was checked when the config was read.
     pub fn parse(&self) -> Result<std::time::Duration, String> {
-        match self {
-            DurationText::Millis(ms) => Ok(std::time::Duration::from_millis(*ms)),
-            DurationText::Text(t) => crate::fadein::parse_duration(t),
+        Ok(self.get())
+    }
+}
+
+impl PartialEq for DurationText {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for DurationText {}
+
+impl<'de> Deserialize<'de> for DurationText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = DurationText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration with a unit, such as \"30s\", \"1m30s\" or \"500ms\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationText, E> {
+                crate::units::parse_duration(v)
+                    .map(DurationText::Parsed)
+                    .map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationText, E> {
+                Err(E::custom(crate::units::DurationError::MissingUnit {
+                    text: v.to_string(),
+                }))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationText, E> {
+                Err(E::custom(crate::units::DurationError::MissingUnit {
+                    text: v.to_string(),
+                }))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<DurationText, E> {
+                Err(E::custom(crate::units::DurationError::MissingUnit {
+                    text: v.to_string(),
+                }))
+            }
         }
+        d.deserialize_any(Visitor)
     }
 }
 

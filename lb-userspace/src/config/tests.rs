@@ -221,7 +221,7 @@ fn fade_in_settings() {
     assert_eq!(fade.window.parse(), Ok(std::time::Duration::from_secs(20)));
     assert_eq!((fade.exponent, fade.min_weight), (2.0, 0.05));
     let e = err(&text.replace("\"20s\"", "\"20 parsecs\""));
-    assert!(e.contains("(web).fade_in.window: unknown unit"), "{e}");
+    assert!(e.contains("service[0].fade_in.window: unknown unit"), "{e}");
     let e = err(&text.replace("exponent = 2.0", "exponent = 0.0"));
     assert!(
         e.contains("fade_in.exponent: 0 must be a positive number"),
@@ -446,4 +446,80 @@ fn route_files_resolve_next_to_the_config_and_are_checked() {
         .to_string();
     assert!(e.contains("site.eskip: No such file"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 14's durations: too long for any duration type. Each is an error naming the
+/// file, the line and the field — in services and in `[node.l7]` alike — instead of a
+/// panic in `--check-config` or in a running lbd's SIGHUP.
+#[test]
+fn durations_out_of_range_name_file_line_and_field() {
+    const HUGE: &str = "\"99999999999999999999999s\"";
+    let fade = GOOD.replace(
+        "port = 80\n",
+        &format!("port = 80\nfade_in = {{ window = {HUGE} }}\n"),
+    );
+    let health = GOOD.replace(
+        "port = 80\n",
+        &format!("port = 80\nhealth_check = {{ interval = {HUGE} }}\n"),
+    );
+    let header = L7.replace("idle_timeout = \"5s\"", &format!("header_timeout = {HUGE}"));
+    let shutdown = L7.replace(
+        "idle_timeout = \"5s\"",
+        &format!("shutdown_timeout = {HUGE}"),
+    );
+    for (text, at, field) in [
+        (&fade, "lbd.toml:10:", "service[0].fade_in.window"),
+        (&health, "lbd.toml:10:", "service[0].health_check.interval"),
+        (&header, "lbd.toml:7:", "node.l7.header_timeout"),
+        (&shutdown, "lbd.toml:7:", "node.l7.shutdown_timeout"),
+    ] {
+        let e = err(text);
+        assert!(e.starts_with(at), "{e}");
+        assert!(e.contains(field), "{e}");
+        assert!(
+            e.contains("\"99999999999999999999999s\" is out of range"),
+            "{e}"
+        );
+    }
+}
+
+/// A bare number used to mean milliseconds in the config; it is now refused with a
+/// hint, since `interval = 2` reads as two seconds to most people.
+#[test]
+fn a_bare_number_in_a_duration_field_asks_for_a_unit() {
+    let text = GOOD.replace("port = 80\n", "port = 80\nfade_in = { window = 3000 }\n");
+    let e = err(&text);
+    assert!(e.starts_with("lbd.toml:10:22:"), "{e}");
+    assert!(e.contains("service[0].fade_in.window"), "{e}");
+    assert!(e.contains("has no unit") && e.contains("\"3000ms\""), "{e}");
+    let e = err(&L7.replace("idle_timeout = \"5s\"", "idle_timeout = 5.5"));
+    assert!(
+        e.contains("node.l7.idle_timeout") && e.contains("has no unit"),
+        "{e}"
+    );
+}
+
+/// Go's duration syntax, as in route files.
+#[test]
+fn config_durations_take_go_syntax() {
+    let text = GOOD.replace(
+        "port = 80\n",
+        "port = 80\nfade_in = { window = \"1m30s\" }\nhealth_check = { interval = \"1.5s\", timeout = \"300ms\" }\n",
+    );
+    let cfg = parse(&text, "lbd.toml").expect("valid");
+    let secs = |d: &DurationText| d.parse().map(|d| d.as_secs_f64());
+    let svc = &cfg.services[0];
+    assert_eq!(
+        svc.fade_in.as_ref().map(|f| secs(&f.window)),
+        Some(Ok(90.0))
+    );
+    let hc = svc.health_check.as_ref().expect("health_check");
+    assert_eq!((secs(&hc.interval), secs(&hc.timeout)), (Ok(1.5), Ok(0.3)));
+    let l7 = parse(&L7.replace("\"5s\"", "\"2h45m\""), "lbd.toml").expect("valid");
+    assert_eq!(secs(&l7.node.l7.idle_timeout), Ok(9900.0));
+    let e = err(&text.replace("\"1.5s\"", "\"-1s\""));
+    assert!(
+        e.contains("service[0].health_check.interval") && e.contains("negative"),
+        "{e}"
+    );
 }

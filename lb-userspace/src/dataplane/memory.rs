@@ -1,4 +1,6 @@
-//! An in-memory [`MapOps`] that records every operation, for tests without root.
+//! An in-memory [`MapOps`] that records every operation, for tests without root, and
+//! can be told to fail one of them (the n-th write), so that tests can check what a
+//! reconcile that fails part-way leaves behind.
 
 use std::collections::HashMap;
 
@@ -30,11 +32,35 @@ pub struct MemoryDataplane {
     pub flows: HashMap<(FlowTable, FlowKey), FlowEntry>,
     /// `nat` reply entries (likewise).
     pub nat: HashMap<FlowKey, NatEntry>,
-    /// Operation names in call order.
+    /// Operation names in call order (successful ones).
     pub log: Vec<&'static str>,
+    /// Writes attempted so far, failed ones included.
+    pub writes: usize,
+    /// Fail the writes with these 0-based numbers (counting every write attempted),
+    /// as kernel map updates can fail; a failed write changes nothing. Empty (the
+    /// default): none fails.
+    pub fail_writes: std::ops::Range<usize>,
 }
 
 impl MemoryDataplane {
+    /// Counts a write named `op`; `Err` if it is the one to fail.
+    fn write(&mut self, op: &'static str) -> Result<(), DataplaneError> {
+        let n = self.writes;
+        self.writes += 1;
+        if self.fail_writes.contains(&n) {
+            return Err(DataplaneError::Map {
+                op,
+                map: "memory",
+                source: aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+                    call: "bpf_map_update_elem",
+                    io_error: std::io::Error::from_raw_os_error(libc::ENOMEM),
+                }),
+            });
+        }
+        self.log.push(op);
+        Ok(())
+    }
+
     /// The choice the data plane makes for a new flow of `key` to service `vip`.
     pub fn choose(&self, vip: &VipKey, key: &FlowKey) -> Option<TableChoice> {
         let info = self.vips.get(vip)?;
@@ -50,38 +76,38 @@ impl MemoryDataplane {
 
 impl MapOps for MemoryDataplane {
     fn set_config(&mut self, config: GlobalConfig) -> Result<(), DataplaneError> {
+        self.write("set_config")?;
         self.config = config;
-        self.log.push("set_config");
         Ok(())
     }
 
     fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError> {
+        self.write("put_vip")?;
         self.vips.insert(key, info);
-        self.log.push("put_vip");
         Ok(())
     }
 
     fn delete_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        self.write("delete_vip")?;
         self.vips.remove(key);
-        self.log.push("delete_vip");
         Ok(())
     }
 
     fn put_backend(&mut self, id: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.write("put_backend")?;
         self.backends.insert(id, backend);
-        self.log.push("put_backend");
         Ok(())
     }
 
     fn put_list_entry(&mut self, index: u32, backend_id: u32) -> Result<(), DataplaneError> {
+        self.write("put_list_entry")?;
         self.lists.insert(index, backend_id);
-        self.log.push("put_list_entry");
         Ok(())
     }
 
     fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError> {
+        self.write("put_table_chunk")?;
         self.chunks.insert(index, chunk);
-        self.log.push("put_table_chunk");
         Ok(())
     }
 
@@ -90,14 +116,14 @@ impl MapOps for MemoryDataplane {
     }
 
     fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        self.write("put_echo_addr")?;
         self.echo.insert(addr);
-        self.log.push("put_echo_addr");
         Ok(())
     }
 
     fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        self.write("delete_echo_addr")?;
         self.echo.remove(&addr);
-        self.log.push("delete_echo_addr");
         Ok(())
     }
 }

@@ -21,6 +21,8 @@ pub struct RegionPool {
     free: Vec<(u32, u32)>,
     /// Freed extents and when they may be reused.
     quarantined: Vec<(u32, u32, Instant)>,
+    /// Units allocated or reserved and not freed since.
+    in_use: u32,
 }
 
 impl RegionPool {
@@ -31,6 +33,7 @@ impl RegionPool {
             align,
             free: vec![(0, usable)],
             quarantined: Vec::new(),
+            in_use: 0,
         }
     }
 
@@ -45,12 +48,14 @@ impl RegionPool {
         } else {
             self.free[pos] = (start + len, l - len);
         }
+        self.in_use += len;
         Some(start)
     }
 
     /// Returns a region; it becomes reusable after [`QUARANTINE`].
     pub fn free(&mut self, start: u32, len: u32, now: Instant) {
         let len = len.div_ceil(self.align).max(1) * self.align;
+        self.in_use = self.in_use.saturating_sub(len);
         self.quarantined.push((start, len, now + QUARANTINE));
     }
 
@@ -75,7 +80,13 @@ impl RegionPool {
         if end < s + l {
             self.free.insert(at, (end, s + l - end));
         }
+        self.in_use += len;
         true
+    }
+
+    /// Units allocated (or reserved) and not freed: what a leak would make grow.
+    pub fn in_use(&self) -> u32 {
+        self.in_use
     }
 
     /// Units currently free (not counting quarantined ones).
@@ -125,6 +136,8 @@ pub struct IdPool {
     reserved: HashSet<u32>,
     /// Ids an earlier agent used and freed: not fresh, they wait in `freed`.
     retired: HashSet<u32>,
+    /// Ids handed out or reserved and not freed since.
+    in_use: usize,
 }
 
 impl IdPool {
@@ -136,16 +149,25 @@ impl IdPool {
             freed: VecDeque::new(),
             reserved: HashSet::new(),
             retired: HashSet::new(),
+            in_use: 0,
         }
     }
 
     /// Marks an id as in use (adopted). Returns false if it was reserved already.
     pub fn reserve(&mut self, id: u32) -> bool {
-        id < self.limit && self.reserved.insert(id)
+        let fresh = id < self.limit && self.reserved.insert(id);
+        self.in_use += usize::from(fresh);
+        fresh
     }
 
     /// A free id, or `None` when all are taken or quarantined.
     pub fn alloc(&mut self, now: Instant) -> Option<u32> {
+        let id = self.take(now)?;
+        self.in_use += 1;
+        Some(id)
+    }
+
+    fn take(&mut self, now: Instant) -> Option<u32> {
         while self.next < self.limit {
             self.next += 1;
             let id = self.next - 1;
@@ -178,7 +200,13 @@ impl IdPool {
     /// Returns an id.
     pub fn free(&mut self, id: u32, now: Instant) {
         self.reserved.remove(&id);
+        self.in_use = self.in_use.saturating_sub(1);
         self.freed.push_back((id, now + QUARANTINE));
+    }
+
+    /// Ids handed out (or reserved) and not freed: what a leak would make grow.
+    pub fn in_use(&self) -> usize {
+        self.in_use
     }
 }
 

@@ -14,13 +14,14 @@
 //!   port has no ready endpoint, then they take new flows too (kube-proxy's fallback);
 //! - ports: name defaults to `""`, protocol to `TCP`; a nil, zero or out-of-range port is
 //!   unusable, and a slice without usable ports gives no backends;
-//! - duplicates (same address and port across slices) keep the non-terminating copy.
+//! - duplicates (same address and port across slices) keep the non-terminating copy;
+//! - a document that is a `discovery.k8s.io/v1` `EndpointSlice` but does not fit its
+//!   schema (a `creationTimestamp` that is not RFC 3339, a port that is not a number,
+//!   …) refuses the whole file with the document's field and line: the API server
+//!   would not have stored it, and taking the rest of the file would silently drop
+//!   that slice's endpoints.
 
-use std::{
-    collections::BTreeMap,
-    net::IpAddr,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{collections::BTreeMap, net::IpAddr, time::SystemTime};
 
 use serde::Deserialize;
 
@@ -90,11 +91,31 @@ pub struct Parsed {
     pub ignored: Vec<Ignored>,
 }
 
+/// Why a file of EndpointSlices was refused as a whole.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SliceError {
+    /// Not YAML or JSON.
+    #[error("{message}")]
+    Syntax {
+        /// The YAML parser's message, with its line and column.
+        message: String,
+    },
+    /// A `discovery.k8s.io/v1` `EndpointSlice` that does not fit the schema.
+    #[error("document {document}: malformed EndpointSlice: {message}")]
+    Malformed {
+        /// 0-based index of the document in the file (a list counts once).
+        document: usize,
+        /// The field, what is wrong with it, and its line and column where known.
+        message: String,
+    },
+}
+
 /// Parses a file of one or more YAML or JSON documents.
 ///
 /// # Errors
-/// Text that is not YAML/JSON at all, with the parser's location.
-pub fn parse(text: &str) -> Result<Parsed, String> {
+/// [`SliceError`]: text that is not YAML/JSON at all, or a malformed EndpointSlice,
+/// with the location.
+pub fn parse(text: &str) -> Result<Parsed, SliceError> {
     // JSON (`kubectl get -o json`, what an API client or etcd holds): a JSON reader
     // allocates only for the fields kept. Any failure falls through to the YAML
     // reader, which reads JSON too and reports precisely.
@@ -143,13 +164,17 @@ fn from_typed(docs: Vec<Option<RawDoc>>) -> Parsed {
                         Some((k, a)) => (Some(k.clone()), a.clone()),
                         None => (item.kind.clone(), item.api_version.clone()),
                     };
-                    accept_raw(kind, api, || Ok(item.into_slice()), index, &mut out);
+                    let taken: Result<(), std::convert::Infallible> =
+                        accept_raw(kind, api, || Ok(item.into_slice()), index, &mut out);
+                    let Ok(()) = taken;
                     index += 1;
                 }
             }
             _ => {
                 let (kind, api) = (doc.kind.clone(), doc.api_version.clone());
-                accept_raw(kind, api, || Ok(doc.into_slice()), index, &mut out);
+                let taken: Result<(), std::convert::Infallible> =
+                    accept_raw(kind, api, || Ok(doc.into_slice()), index, &mut out);
+                let Ok(()) = taken;
                 index += 1;
             }
         }
@@ -158,11 +183,13 @@ fn from_typed(docs: Vec<Option<RawDoc>>) -> Parsed {
 }
 
 /// [`parse`] through generic values: slower, but reports each document on its own.
-fn parse_generic(text: &str) -> Result<Parsed, String> {
+fn parse_generic(text: &str) -> Result<Parsed, SliceError> {
     let mut out = Parsed::default();
     let mut index = 0;
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = serde_yaml::Value::deserialize(doc).map_err(|e| e.to_string())?;
+    for (document, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = serde_yaml::Value::deserialize(doc).map_err(|e| SliceError::Syntax {
+            message: e.to_string(),
+        })?;
         if value.is_null() {
             continue; // an empty document (e.g. a trailing `---`)
         }
@@ -184,17 +211,31 @@ fn parse_generic(text: &str) -> Result<Parsed, String> {
                     } else {
                         None
                     };
-                    accept(item, inherit, index, &mut out);
+                    accept(item, inherit, index, &mut out)
+                        .map_err(|e| malformed(text, document, e))?;
                     index += 1;
                 }
             }
             _ => {
-                accept(value, None, index, &mut out);
+                accept(value, None, index, &mut out).map_err(|e| malformed(text, document, e))?;
                 index += 1;
             }
         }
     }
     Ok(out)
+}
+
+/// The error for document `document` of `text`, which holds a malformed slice that
+/// failed with `error`. Generic values carry no positions, so the document is read
+/// again straight from the text, which gives the field's path and line.
+fn malformed(text: &str, document: usize, error: serde_yaml::Error) -> SliceError {
+    let located = serde_yaml::Deserializer::from_str(text)
+        .nth(document)
+        .and_then(|doc| RawDoc::deserialize(doc).err());
+    SliceError::Malformed {
+        document,
+        message: located.unwrap_or(error).to_string(),
+    }
 }
 
 fn str_field(v: &serde_yaml::Value, key: &str) -> Option<String> {
@@ -246,7 +287,42 @@ struct RawMeta {
     name: Option<String>,
     namespace: Option<String>,
     labels: Option<BTreeMap<String, Option<String>>>,
-    creation_timestamp: Option<String>,
+    /// Read as a time right here, so that a bad one refuses the document with its
+    /// path and line.
+    #[serde(default, deserialize_with = "creation_time")]
+    creation_timestamp: Option<SystemTime>,
+}
+
+/// `metadata.creationTimestamp`: RFC 3339, or null. Parsed inside the string visitor,
+/// so that the YAML reader attaches the field's own path and line to an error.
+fn creation_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+    struct Time;
+    impl serde::de::Visitor<'_> for Time {
+        type Value = SystemTime;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an RFC 3339 time")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<SystemTime, E> {
+            crate::units::parse_rfc3339(text).map_err(E::custom)
+        }
+    }
+    struct MaybeTime;
+    impl<'de> serde::de::Visitor<'de> for MaybeTime {
+        type Value = Option<SystemTime>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an RFC 3339 time or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(Time).map(Some)
+        }
+    }
+    d.deserialize_option(MaybeTime)
 }
 
 #[derive(Deserialize)]
@@ -275,34 +351,38 @@ const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
 /// Takes the document by value: deserializing moves out of it instead of copying a
 /// whole tree per slice.
+///
+/// # Errors
+/// The document is an EndpointSlice that does not fit the schema.
 fn accept(
     value: serde_yaml::Value,
     inherit: Option<(String, Option<String>)>,
     index: usize,
     out: &mut Parsed,
-) {
+) -> Result<(), serde_yaml::Error> {
     let (kind, api) = match inherit {
         Some((k, a)) => (Some(k), a),
         None => (str_field(&value, "kind"), str_field(&value, "apiVersion")),
     };
-    accept_raw(
-        kind,
-        api,
-        || serde_yaml::from_value(value).map_err(|e| e.to_string()),
-        index,
-        out,
-    );
+    accept_raw(kind, api, || serde_yaml::from_value(value), index, out)
 }
 
-/// Checks the type fields, then takes the slice `read` gives (or records why not).
-fn accept_raw(
+/// Checks the type fields, then takes the slice `read` gives (or records why it is
+/// not ours).
+///
+/// # Errors
+/// What `read` failed with: the document is an EndpointSlice that does not fit.
+fn accept_raw<E>(
     kind: Option<String>,
     api: Option<String>,
-    read: impl FnOnce() -> Result<RawSlice, String>,
+    read: impl FnOnce() -> Result<RawSlice, E>,
     index: usize,
     out: &mut Parsed,
-) {
-    let ignore = |out: &mut Parsed, reason: String| out.ignored.push(Ignored { index, reason });
+) -> Result<(), E> {
+    let ignore = |out: &mut Parsed, reason: String| {
+        out.ignored.push(Ignored { index, reason });
+        Ok(())
+    };
     if kind.as_deref() != Some("EndpointSlice") {
         return ignore(out, format!("kind {kind:?} is not EndpointSlice"));
     }
@@ -312,10 +392,7 @@ fn accept_raw(
             format!("apiVersion {api:?} is not discovery.k8s.io/v1"),
         );
     }
-    let raw = match read() {
-        Ok(raw) => raw,
-        Err(e) => return ignore(out, format!("malformed EndpointSlice: {e}")),
-    };
+    let raw = read()?;
     let name = raw.metadata.name.clone().unwrap_or_default();
     let ipv6 = match raw.address_type.as_deref() {
         Some("IPv4") => false,
@@ -385,14 +462,11 @@ fn accept_raw(
         service,
         name,
         ipv6,
-        created: raw
-            .metadata
-            .creation_timestamp
-            .as_deref()
-            .and_then(parse_rfc3339),
+        created: raw.metadata.creation_timestamp,
         ports,
         endpoints,
     });
+    Ok(())
 }
 
 /// IPv4-mapped IPv6 addresses as IPv4; everything else as parsed (already canonical).
@@ -472,63 +546,6 @@ pub fn for_new_flows(list: &[PortBackend]) -> Vec<&PortBackend> {
     } else {
         ready
     }
-}
-
-/// Parses the RFC 3339 timestamps Kubernetes writes (`2022-09-13T11:11:26Z`, optionally
-/// with fractional seconds or a numeric offset). `None` for anything else.
-pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let b = text.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, s) = (
-        num(0..4)?,
-        num(5..7)?,
-        num(8..10)?,
-        num(11..13)?,
-        num(14..16)?,
-        num(17..19)?,
-    );
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    let mut rest = &text[19..];
-    let mut nanos = 0u32;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        let f = &frac[..digits];
-        nanos = format!("{f:0<9}").get(..9)?.parse().ok()?;
-        rest = &frac[digits..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (o[1..3].parse::<i64>().ok()? * 3600 + o[4..6].parse::<i64>().ok()? * 60)
-        }
-        _ => return None,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y, m) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset;
-    let secs = u64::try_from(secs).ok()?;
-    Some(UNIX_EPOCH + Duration::new(secs, nanos))
 }
 
 #[cfg(test)]

@@ -76,6 +76,8 @@ pub struct Programmer {
     /// freed: its generation decides the next owner's, and a drained backend keeps
     /// its address for the flows still pinned to it.
     records: HashMap<u32, Backend>,
+    /// Removed backends (id, generation) still to be marked as taking no new flows.
+    undrained: Vec<(u32, u16)>,
     service_ids: IdPool,
     backend_id_pool: IdPool,
     lists: RegionPool,
@@ -93,6 +95,7 @@ impl Default for Programmer {
             services: HashMap::new(),
             backend_ids: HashMap::new(),
             records: HashMap::new(),
+            undrained: Vec::new(),
             service_ids: IdPool::new(MAX_SERVICES),
             backend_id_pool: IdPool::new(MAX_BACKENDS),
             lists: RegionPool::new(SERVICE_BACKEND_SLOTS, 1),
@@ -132,9 +135,6 @@ impl Programmer {
     /// # Errors
     /// A map read failed, or the maps are inconsistent (overlapping regions).
     pub fn adopt(&mut self, maps: &impl MapRead) -> Result<usize, DataplaneError> {
-        fn now_for_adopt() -> Instant {
-            Instant::now()
-        }
         self.echo = maps.echo_addrs()?.into_iter().collect();
         let vips = maps.vips()?;
         for (key, info) in &vips {
@@ -197,7 +197,7 @@ impl Programmer {
                 },
             );
         }
-        self.adopt_records(maps, now_for_adopt())?;
+        self.adopt_records(maps, Instant::now())?;
         Ok(vips.len())
     }
 
@@ -236,6 +236,8 @@ impl Programmer {
         specs: &[ServiceSpec],
         now: Instant,
     ) -> Result<ApplyReport, DataplaneError> {
+        // Drains a failed apply could not write yet go first.
+        self.flush_drains(ops)?;
         let mut report = ApplyReport::default();
         for spec in specs {
             if self
@@ -266,13 +268,14 @@ impl Programmer {
                 self.service_ids.free(old.info.service_id, now);
                 for addr in &old.backends {
                     if let Some(id) = self.backend_ids.remove(&(key, *addr)) {
-                        self.drain(ops, id)?;
                         self.backend_id_pool.free(id, now);
+                        self.drain_later(id);
                     }
                 }
             }
             report.removed += 1;
         }
+        self.flush_drains(ops)?;
         let want: BTreeSet<[u8; 16]> = if self.answer_ping {
             specs
                 .iter()
@@ -333,12 +336,86 @@ impl Programmer {
             (_, None) => maglev::default_size(n),
         };
         let previous = self.services.get(&spec.key).cloned();
-        let service_id = match &previous {
+        // What this call allocates: handed back if a write fails, so a failed
+        // reconcile and its retries leak no id and no region.
+        let mut fresh = Fresh::default();
+        let written = self.write_regions(ops, spec, size, previous.as_ref(), now, &mut fresh);
+        let Written {
+            service_id,
+            backend_ids,
+            list_base,
+            table_base,
+            table,
+        } = match written {
+            Ok(done) => done,
+            Err(e) => {
+                self.roll_back(spec.key, fresh, now);
+                return Err(e);
+            }
+        };
+        let info = VipInfo {
+            service_id,
+            mode: spec.mode as u32,
+            list_base,
+            list_len: n as u32,
+            table_base,
+            table_size: size,
+        };
+        if let Err(e) = ops.put_vip(spec.key, info) {
+            self.roll_back(spec.key, fresh, now);
+            return Err(e);
+        }
+        if let Some(old) = &previous {
+            self.release(old, now);
+            for addr in old.backends.iter().filter(|a| !spec.backends.contains(a)) {
+                if let Some(id) = self.backend_ids.remove(&(spec.key, *addr)) {
+                    self.backend_id_pool.free(id, now);
+                    self.drain_later(id);
+                }
+            }
+        }
+        log::debug!(
+            "{}: {} backends, {} slots, table digest {:016x}",
+            spec.name,
+            spec.backends.len(),
+            table.len(),
+            maglev::digest(&table)
+        );
+        self.services.insert(
+            spec.key,
+            Programmed {
+                info,
+                backends: spec.backends.clone(),
+                backend_ids,
+                table,
+                spec: spec.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Allocates what `spec` needs beyond what `previous` holds (recording it in
+    /// `fresh`) and writes its backends, list and table — nothing a packet reads yet.
+    fn write_regions(
+        &mut self,
+        ops: &mut impl MapOps,
+        spec: &ServiceSpec,
+        size: u32,
+        previous: Option<&Programmed>,
+        now: Instant,
+        fresh: &mut Fresh,
+    ) -> Result<Written, DataplaneError> {
+        let n = spec.backends.len();
+        let service_id = match previous {
             Some(p) => p.info.service_id,
-            None => self
-                .service_ids
-                .alloc(now)
-                .ok_or_else(|| exhausted(spec, "service ids", MAX_SERVICES))?,
+            None => {
+                let id = self
+                    .service_ids
+                    .alloc(now)
+                    .ok_or_else(|| exhausted(spec, "service ids", MAX_SERVICES))?;
+                fresh.service_id = Some(id);
+                id
+            }
         };
         let mut backend_ids = Vec::with_capacity(n);
         for (i, &addr) in spec.backends.iter().enumerate() {
@@ -350,6 +427,7 @@ impl Programmer {
                         .alloc(now)
                         .ok_or_else(|| exhausted(spec, "backend ids", MAX_BACKENDS))?;
                     self.backend_ids.insert((spec.key, addr), id);
+                    fresh.backends.push(addr);
                     // A new owner of an id used before: flows of the old owner must
                     // not match this one.
                     let generation = self
@@ -377,9 +455,12 @@ impl Programmer {
         let list_base = if n == 0 {
             0
         } else {
-            self.lists
+            let base = self
+                .lists
                 .alloc(n as u32, now)
-                .ok_or_else(|| exhausted(spec, "backend-list slots", SERVICE_BACKEND_SLOTS))?
+                .ok_or_else(|| exhausted(spec, "backend-list slots", SERVICE_BACKEND_SLOTS))?;
+            fresh.list = Some((base, n as u32));
+            base
         };
         for (i, &id) in backend_ids.iter().enumerate() {
             ops.put_list_entry(list_base + i as u32, id)?;
@@ -392,64 +473,87 @@ impl Programmer {
         let table_base = if size == 0 {
             0
         } else {
-            self.tables
+            let base = self
+                .tables
                 .alloc(size, now)
-                .ok_or_else(|| exhausted(spec, "table slots", TABLE_CHUNKS * TABLE_CHUNK_SLOTS))?
+                .ok_or_else(|| exhausted(spec, "table slots", TABLE_CHUNKS * TABLE_CHUNK_SLOTS))?;
+            fresh.table = Some((base, size));
+            base
         };
         for (c, slots) in table.chunks(TABLE_CHUNK_SLOTS as usize).enumerate() {
             let mut chunk = TableChunk::default();
             chunk.slots[..slots.len()].copy_from_slice(slots);
             ops.put_table_chunk(table_base / TABLE_CHUNK_SLOTS + c as u32, chunk)?;
         }
-        let info = VipInfo {
+        Ok(Written {
             service_id,
-            mode: spec.mode as u32,
+            backend_ids,
             list_base,
-            list_len: n as u32,
             table_base,
-            table_size: size,
-        };
-        ops.put_vip(spec.key, info)?;
-        if let Some(old) = &previous {
-            self.release(old, now);
-            for addr in old.backends.iter().filter(|a| !spec.backends.contains(a)) {
-                if let Some(id) = self.backend_ids.remove(&(spec.key, *addr)) {
-                    self.drain(ops, id)?;
-                    self.backend_id_pool.free(id, now);
-                }
-            }
+            table,
+        })
+    }
+
+    /// Queues a removed backend to be marked as taking no new flows: its established
+    /// flows continue (its record stays until the id has a new owner), and a SYN that
+    /// finds one of its stale entries chooses again. The write happens in
+    /// [`Programmer::flush_drains`], so a failing write loses no bookkeeping: the id is
+    /// already freed, and the next apply writes the mark.
+    fn drain_later(&mut self, id: u32) {
+        if let Some(record) = self.records.get(&id) {
+            self.undrained.push((id, record.generation));
         }
-        log::debug!(
-            "{}: {} backends, {} slots, table digest {:016x}",
-            spec.name,
-            spec.backends.len(),
-            table.len(),
-            maglev::digest(&table)
-        );
-        self.services.insert(
-            spec.key,
-            Programmed {
-                info,
-                backends: spec.backends.clone(),
-                backend_ids,
-                table,
-                spec: spec.clone(),
-            },
-        );
+    }
+
+    /// Writes the pending no-new-flows marks, skipping ids that have a new owner
+    /// (another generation) since.
+    fn flush_drains(&mut self, ops: &mut impl MapOps) -> Result<(), DataplaneError> {
+        while let Some(&(id, generation)) = self.undrained.last() {
+            if let Some(record) = self.records.get_mut(&id)
+                && record.generation == generation
+                && record.flags & BACKEND_F_NO_NEW == 0
+            {
+                let marked = Backend {
+                    flags: record.flags | BACKEND_F_NO_NEW,
+                    ..*record
+                };
+                ops.put_backend(id, marked)?;
+                *record = marked;
+            }
+            self.undrained.pop();
+        }
         Ok(())
     }
 
-    /// Marks a removed backend as taking no new flows: its established flows continue
-    /// (its record stays until the id has a new owner), and a SYN that finds one of its
-    /// stale entries chooses again.
-    fn drain(&mut self, ops: &mut impl MapOps, id: u32) -> Result<(), DataplaneError> {
-        if let Some(record) = self.records.get_mut(&id)
-            && record.flags & BACKEND_F_NO_NEW == 0
-        {
-            record.flags |= BACKEND_F_NO_NEW;
-            ops.put_backend(id, *record)?;
+    /// Hands back what a failed [`Programmer::program`] of `key` allocated. Nothing
+    /// points at it (the VIP entry was not written), but it goes through quarantine
+    /// like anything freed.
+    fn roll_back(&mut self, key: VipKey, fresh: Fresh, now: Instant) {
+        if let Some(id) = fresh.service_id {
+            self.service_ids.free(id, now);
         }
-        Ok(())
+        for addr in fresh.backends {
+            if let Some(id) = self.backend_ids.remove(&(key, addr)) {
+                self.backend_id_pool.free(id, now);
+            }
+        }
+        if let Some((base, len)) = fresh.list {
+            self.lists.free(base, len, now);
+        }
+        if let Some((base, len)) = fresh.table {
+            self.tables.free(base, len, now);
+        }
+    }
+
+    /// Ids and pool units in use: `(service ids, backend ids, list slots, table
+    /// slots)`. A reconcile that fails and is retried must not make them grow.
+    pub fn pool_usage(&self) -> (usize, usize, u32, u32) {
+        (
+            self.service_ids.in_use(),
+            self.backend_id_pool.in_use(),
+            self.lists.in_use(),
+            self.tables.in_use(),
+        )
     }
 
     /// Quarantines a replaced or removed service's regions.
@@ -462,6 +566,28 @@ impl Programmer {
                 .free(old.info.table_base, old.info.table_size, now);
         }
     }
+}
+
+/// What [`Programmer::write_regions`] wrote, for the VIP entry that publishes it.
+#[derive(Debug)]
+struct Written {
+    service_id: u32,
+    backend_ids: Vec<u32>,
+    list_base: u32,
+    table_base: u32,
+    table: Vec<u16>,
+}
+
+/// What one [`Programmer::program`] call allocated so far.
+#[derive(Debug, Default)]
+struct Fresh {
+    service_id: Option<u32>,
+    /// Backends that got a new id.
+    backends: Vec<IpAddr>,
+    /// `(base, len)` of the new backend list.
+    list: Option<(u32, u32)>,
+    /// `(base, size)` of the new table.
+    table: Option<(u32, u32)>,
 }
 
 fn invalid(spec: &ServiceSpec, problem: String) -> DataplaneError {

@@ -94,6 +94,49 @@ impl<'a> Args<'a> {
             .map_err(|_| self.fail(format!("{s:?} is not a valid header value")))
     }
 
+    /// A duration: a string in Go's syntax (`"3m"`, `"1m30s"`), or a number of
+    /// milliseconds (skipper's rule for `fadeIn(3000)`); more than zero and within
+    /// Go's range.
+    pub fn duration(&self, i: usize) -> Result<std::time::Duration, RouteError> {
+        let d = match &self.call.args[i] {
+            Arg::Str(text) => crate::units::parse_duration(text).map_err(|e| self.fail(e))?,
+            Arg::Num(ms) if *ms > 0.0 => {
+                let nanos = ms * 1e6;
+                if nanos.is_infinite() || nanos > crate::units::duration::MAX.as_nanos() as f64 {
+                    return Err(self.fail(format!(
+                        "{ms} ms is out of range: durations go up to 2562047h47m16.854775807s"
+                    )));
+                }
+                std::time::Duration::from_nanos(nanos as u64)
+            }
+            _ => {
+                return Err(self.fail(format!(
+                    "argument {} must be milliseconds > 0 or a duration string like \"3m\"",
+                    i + 1
+                )));
+            }
+        };
+        if d.is_zero() {
+            return Err(self.fail(format!(
+                "argument {}: the duration must be longer than 0",
+                i + 1
+            )));
+        }
+        Ok(d)
+    }
+
+    /// A point in time: Unix seconds (a number), or an RFC 3339 string.
+    pub fn time(&self, i: usize) -> Result<std::time::SystemTime, RouteError> {
+        match &self.call.args[i] {
+            Arg::Num(secs) => crate::units::from_unix_seconds(*secs).map_err(|e| self.fail(e)),
+            Arg::Str(text) => crate::units::parse_rfc3339(text).map_err(|e| self.fail(e)),
+            Arg::Regex(_) => Err(self.fail(format!(
+                "argument {} must be Unix seconds or an RFC 3339 string",
+                i + 1
+            ))),
+        }
+    }
+
     /// Every argument as a string.
     pub fn strings(&self) -> Result<Vec<String>, RouteError> {
         (0..self.len())

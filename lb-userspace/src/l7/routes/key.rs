@@ -31,28 +31,15 @@ impl KeyTemplate {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut pieces = Vec::new();
         let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            if start > 0 {
-                pieces.push(Piece::Literal(rest[..start].to_owned()));
+        while let Some((literal, after)) = rest.split_once("${") {
+            if !literal.is_empty() {
+                pieces.push(Piece::Literal(literal.to_owned()));
             }
-            let Some(len) = rest[start..].find('}') else {
+            let Some((name, after)) = after.split_once('}') else {
                 return Err(format!("unclosed `${{` in {text:?}"));
             };
-            let name = &rest[start + 2..start + len];
-            pieces.push(if let Some(h) = name.strip_prefix("request.header.") {
-                Piece::Header(http::HeaderName::from_bytes(h.as_bytes()).map_err(|_| format!("{h:?} is not a header name"))?)
-            } else if let Some(q) = name.strip_prefix("request.query.") {
-                Piece::Query(q.to_owned())
-            } else {
-                match name {
-                    "request.path" => Piece::Path,
-                    "request.host" => Piece::Host,
-                    "request.method" => Piece::Method,
-                    "request.source" => Piece::Source,
-                    _ => return Err(format!("unknown placeholder ${{{name}}} (request.header.*, request.query.*, request.path, request.host, request.method, request.source)")),
-                }
-            });
-            rest = &rest[start + len + 1..];
+            pieces.push(placeholder(name)?);
+            rest = after;
         }
         if !rest.is_empty() {
             pieces.push(Piece::Literal(rest.to_owned()));
@@ -85,6 +72,29 @@ impl KeyTemplate {
     }
 }
 
+/// The piece `${name}` stands for.
+fn placeholder(name: &str) -> Result<Piece, String> {
+    if let Some(h) = name.strip_prefix("request.header.") {
+        return http::HeaderName::from_bytes(h.as_bytes())
+            .map(Piece::Header)
+            .map_err(|_| format!("{h:?} is not a header name"));
+    }
+    if let Some(q) = name.strip_prefix("request.query.") {
+        return Ok(Piece::Query(q.to_owned()));
+    }
+    Ok(match name {
+        "request.path" => Piece::Path,
+        "request.host" => Piece::Host,
+        "request.method" => Piece::Method,
+        "request.source" => Piece::Source,
+        _ => {
+            return Err(format!(
+                "unknown placeholder ${{{name}}} (request.header.*, request.query.*, request.path, request.host, request.method, request.source)"
+            ));
+        }
+    })
+}
+
 /// What a key can be made of.
 #[derive(Clone, Copy, Debug)]
 pub struct KeySource<'a> {
@@ -110,32 +120,25 @@ fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
     })
 }
 
-/// Parses `endpointCreated`'s time as RFC 3339 (`2024-01-02T15:04:05Z`, `…+01:00`,
-/// fractional seconds allowed), with the parser EndpointSlice creation times use.
-/// (Unix seconds are numbers in eskip and never reach here.)
-pub fn parse_created(text: &str) -> Result<std::time::SystemTime, String> {
-    crate::sources::endpointslice::parse_rfc3339(text)
-        .ok_or_else(|| format!("{text:?} is not Unix seconds or an RFC 3339 time"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn created_times_parse() {
-        let t = |s| {
-            parse_created(s).map(|t| {
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or(-1.0)
-            })
-        };
-        assert_eq!(t("1970-01-01T00:00:00Z"), Ok(0.0));
-        assert_eq!(t("2019-02-05T15:39:06+01:00"), Ok(1_549_377_546.0));
-        assert_eq!(t("2019-02-05T14:39:06.5Z"), Ok(1_549_377_546.5));
-        assert!(t("2019-02-05 14:39:06Z").is_err());
-        assert!(t("2019-13-05T14:39:06Z").is_err());
+    fn templates_split_at_placeholders_whatever_the_characters() {
+        let k = KeyTemplate::parse("\u{e9}${request.host}\u{20ac}${request.query.q\u{e9}}")
+            .expect("parses");
+        assert_eq!(
+            k.0,
+            [
+                Piece::Literal("\u{e9}".into()),
+                Piece::Host,
+                Piece::Literal("\u{20ac}".into()),
+                Piece::Query("q\u{e9}".into()),
+            ]
+        );
+        assert!(KeyTemplate::parse("${request.header.\u{e9}}").is_err());
+        assert!(KeyTemplate::parse("\u{e9}${").is_err());
     }
 
     #[test]

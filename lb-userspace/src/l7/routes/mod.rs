@@ -409,17 +409,7 @@ fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, Rout
         }
         "fadeIn" => {
             a.count(1, 2, "a duration and an optional exponent")?;
-            let window = match &a.call.args[0] {
-                eskip::Arg::Num(ms) if *ms > 0.0 => std::time::Duration::from_secs_f64(ms / 1000.0),
-                eskip::Arg::Str(text) => {
-                    crate::fadein::parse_duration(text).map_err(|e| a.fail(e))?
-                }
-                _ => {
-                    return Err(
-                        a.fail("the duration must be milliseconds > 0 or a string like \"3m\"")
-                    );
-                }
-            };
+            let window = a.duration(0)?;
             let exponent = if a.len() == 2 { a.num(1)? } else { 1.0 };
             if !(exponent.is_finite() && exponent > 0.0) {
                 return Err(a.fail(format!("exponent {exponent} must be > 0")));
@@ -434,13 +424,7 @@ fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, Rout
         "endpointCreated" => {
             a.count(2, 2, "an endpoint URL and a time")?;
             let authority = endpoint_authority(a.str(0)?).map_err(|e| a.fail(e))?;
-            let when = match &a.call.args[1] {
-                eskip::Arg::Num(secs) if *secs >= 0.0 => {
-                    std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(*secs)
-                }
-                eskip::Arg::Str(text) => key::parse_created(text).map_err(|e| a.fail(e))?,
-                _ => return Err(a.fail("the time must be Unix seconds or an RFC 3339 string")),
-            };
+            let when = a.time(1)?;
             s.created.insert(authority, when);
             return Ok(None);
         }

@@ -26,10 +26,10 @@ pub enum Segment {
 impl PathMatch {
     /// Parses a `Path` pattern; `Err` says what is wrong with it.
     pub fn pattern(text: &str) -> Result<Self, String> {
-        if !text.starts_with('/') {
+        let Some(rest) = text.strip_prefix('/') else {
             return Err(format!("path {text:?} must start with `/`"));
-        }
-        let parts: Vec<&str> = text[1..].split('/').collect();
+        };
+        let parts: Vec<&str> = rest.split('/').collect();
         let mut segments = Vec::with_capacity(parts.len());
         for (i, p) in parts.iter().enumerate() {
             segments.push(if p.starts_with(':') && p.len() > 1 {
@@ -59,10 +59,9 @@ impl PathMatch {
     /// Whether `path` (without the query) matches.
     pub fn matches(&self, path: &str) -> bool {
         match self {
-            Self::Subtree(base) => {
-                path.starts_with(base.as_str())
-                    && (path.len() == base.len() || path.as_bytes()[base.len()] == b'/')
-            }
+            Self::Subtree(base) => path
+                .strip_prefix(base.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
             Self::Pattern(segments) => {
                 let Some(rest) = path.strip_prefix('/') else {
                     return false;

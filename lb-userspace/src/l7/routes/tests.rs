@@ -287,7 +287,7 @@ fn route_settings_and_backends_compile() {
     assert_eq!(names, ["198.18.0.1:80", "198.18.0.2:80"]);
     assert_eq!(
         set.endpoints()[1].created,
-        key::parse_created("2024-01-02T15:04:05Z").expect("valid")
+        crate::units::parse_rfc3339("2024-01-02T15:04:05Z").expect("valid")
     );
     assert!(pool.key.is_some());
     let Backend::Pool(svc) = &t.routes()[1].backend else {
@@ -353,4 +353,78 @@ fn endpoint_urls() {
         Ok("[2001:db8::1]:80".into())
     );
     assert!(endpoint_authority("ftp://x").is_err());
+}
+
+/// Issue 14's route arguments, which panicked converting to a `Duration` or slicing a
+/// time: each is an error at the filter's position saying what is out of range.
+#[test]
+fn times_and_durations_out_of_range_are_route_errors() {
+    let created = |arg: &str| {
+        format!(
+            "r: * -> endpointCreated(\"http://198.18.0.2:80\", {arg}) -> <roundRobin, \"http://198.18.0.2:80\">;"
+        )
+    };
+    let fade =
+        |arg: &str| format!("r: * -> fadeIn({arg}) -> <roundRobin, \"http://198.18.0.2:80\">;");
+    let cases = [
+        (
+            created("\"2024-01-01T00:00:00+0\u{e9}00\""),
+            "endpointCreated: \"2024-01-01T00:00:00+0\u{e9}00\" is not an RFC 3339 time",
+        ),
+        (
+            created("\"2024-01-01T00:00:00+00\u{e9}0\""),
+            "is not an RFC 3339 time",
+        ),
+        (
+            created("\"2024-01-01T00:00:00+0\u{20ac}0\""),
+            "is not an RFC 3339 time",
+        ),
+        (
+            created("1e23"),
+            "endpointCreated: 100000000000000000000000 is not a time in Unix seconds",
+        ),
+        (
+            created("18446744073709551615"),
+            "is not a time in Unix seconds",
+        ),
+        (created("1e999"), "is not a time in Unix seconds"),
+        (
+            fade("99999999999999999999999999"),
+            "fadeIn: 100000000000000000000000000 ms is out of range",
+        ),
+        (fade("1e999"), "out of range"),
+        (
+            fade("\"99999999999999999999999s\""),
+            "fadeIn: \"99999999999999999999999s\" is out of range",
+        ),
+    ];
+    for (text, want) in cases {
+        let got = error(&text);
+        assert!(
+            got.starts_with("line 1, column 9: route r: "),
+            "{text}: {got}"
+        );
+        assert!(
+            got.contains(want),
+            "{text}: {got:?} does not contain {want:?}"
+        );
+    }
+    // Go's syntax, as skipper reads it; a number is milliseconds (skipper's rule).
+    for (arg, secs) in [
+        ("\"1m30s\"", 90.0),
+        ("\"1.5h\"", 5400.0),
+        ("\"300ms\"", 0.3),
+        ("\"2h45m\"", 9900.0),
+        ("3000", 3.0),
+    ] {
+        let t = table(&fade(arg));
+        let Backend::Pool(pool) = &t.routes()[0].backend else {
+            panic!("a pool")
+        };
+        assert_eq!(
+            pool.fade.map(|f| f.window.as_secs_f64()),
+            Some(secs),
+            "{arg}"
+        );
+    }
 }

@@ -176,7 +176,7 @@ impl EtcdMirror {
             };
             return match crate::sources::endpointslice::parse(text) {
                 Ok(parsed) => Entry::Slices(parsed.slices),
-                Err(e) => Entry::Rejected(e),
+                Err(e) => Entry::Rejected(e.to_string()),
             };
         }
         Entry::Other
