@@ -90,11 +90,23 @@ async fn echo(name: &str, counter: &AtomicU64, req: Request<Incoming>) -> Respon
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    if !body.is_empty() {
+    if !body.is_empty() && body.len() <= 4096 {
         text.push_str(&format!("body: {}\n", String::from_utf8_lossy(&body)));
     }
     counter.fetch_add(1, Ordering::Relaxed);
-    Response::new(Full::new(Bytes::from(text)))
+    let mut resp = Response::new(Full::new(Bytes::from(text)));
+    // What arrived of the body, also for HEAD (whose answer has no body).
+    let h = resp.headers_mut();
+    h.insert("x-body-bytes", body.len().into());
+    h.insert("x-body-hash", format!("{:016x}", fnv64(&body)).parse().expect("hex"));
+    resp
+}
+
+/// FNV-1a, 64 bits: the echo backend's and the tests' checksum of a body.
+pub fn fnv64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A response as the tests look at it.
@@ -129,6 +141,102 @@ pub fn client(h2: bool) -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new())
         .http2_only(h2)
         .build(HttpConnector::new())
+}
+
+/// Like [`client`], connecting from `local` (an address of the namespace).
+pub fn client_from(h2: bool, local: std::net::IpAddr) -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(local));
+    Client::builder(TokioExecutor::new())
+        .http2_only(h2)
+        .build(connector)
+}
+
+/// A request body sent as `chunks` with a pause before each but the first, and no
+/// length announced: HTTP/1.1 sends it chunked, HTTP/2 as DATA frames after a HEADERS
+/// frame without END_STREAM.
+#[derive(Debug)]
+pub struct StreamedBody {
+    chunks: std::collections::VecDeque<Bytes>,
+    pause: Duration,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    first: bool,
+}
+
+impl StreamedBody {
+    /// `chunks`, `pause` apart.
+    pub fn new(chunks: Vec<Bytes>, pause: Duration) -> Self {
+        Self {
+            chunks: chunks.into(),
+            pause,
+            sleep: None,
+            first: true,
+        }
+    }
+}
+
+impl http_body::Body for StreamedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        use std::task::Poll;
+        if self.chunks.is_empty() {
+            return Poll::Ready(None);
+        }
+        if !self.first {
+            let pause = self.pause;
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(pause)));
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        }
+        self.first = false;
+        Poll::Ready(self.chunks.pop_front().map(|c| Ok(http_body::Frame::data(c))))
+    }
+}
+
+/// Sends `method url` with a [`StreamedBody`] of `chunks` over HTTP/1.1 (chunked, the
+/// `Transfer-Encoding` set explicitly so that GET and HEAD carry it too) or h2c;
+/// `Err` on a transport error or after 10 s.
+///
+/// # Errors
+/// The transport error, as text.
+pub async fn send_streamed(
+    h2: bool,
+    method: &str,
+    url: &str,
+    chunks: Vec<Bytes>,
+) -> Result<Answer, String> {
+    let client: Client<HttpConnector, StreamedBody> = Client::builder(TokioExecutor::new())
+        .http2_only(h2)
+        .build(HttpConnector::new());
+    let mut req = Request::builder().method(method).uri(url);
+    if !h2 {
+        req = req.header("transfer-encoding", "chunked");
+    }
+    let req = req
+        .body(StreamedBody::new(chunks, Duration::from_millis(20)))
+        .map_err(|e| e.to_string())?;
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .map_err(|_| format!("{method} {url}: timed out"))?
 }
 
 /// Sends `method url` with `headers` and `body`; `Err` on a transport error or after

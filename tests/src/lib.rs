@@ -9,6 +9,7 @@ pub mod benchkit;
 pub mod etcd;
 pub mod fixture;
 pub mod http;
+pub mod l7;
 pub mod lbd;
 pub mod netns;
 pub mod packet;
