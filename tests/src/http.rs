@@ -98,7 +98,10 @@ async fn echo(name: &str, counter: &AtomicU64, req: Request<Incoming>) -> Respon
     // What arrived of the body, also for HEAD (whose answer has no body).
     let h = resp.headers_mut();
     h.insert("x-body-bytes", body.len().into());
-    h.insert("x-body-hash", format!("{:016x}", fnv64(&body)).parse().expect("hex"));
+    h.insert(
+        "x-body-hash",
+        format!("{:016x}", fnv64(&body)).parse().expect("hex"),
+    );
     resp
 }
 
@@ -198,7 +201,11 @@ impl http_body::Body for StreamedBody {
             self.sleep = None;
         }
         self.first = false;
-        Poll::Ready(self.chunks.pop_front().map(|c| Ok(http_body::Frame::data(c))))
+        Poll::Ready(
+            self.chunks
+                .pop_front()
+                .map(|c| Ok(http_body::Frame::data(c))),
+        )
     }
 }
 

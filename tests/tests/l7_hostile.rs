@@ -9,8 +9,8 @@ use bytes::Bytes;
 use lb_testbed::{
     http::{EchoBackend, client, client_from, fnv64, raw, send, send_streamed},
     l7::{
-        backend_addr, client_addr, namespace, one_backend_proxy, proxy_with,
-        runtime, service, url, vip,
+        backend_addr, client_addr, namespace, one_backend_proxy, proxy_with, runtime, service, url,
+        vip,
     },
 };
 use lb_userspace::l7::{
@@ -96,10 +96,18 @@ fn a_second_host_a_host_unlike_the_authority_and_connection_host_get_400_or_keep
             b.addr
         );
         let mut proxy = proxy_with(&L7Config::default(), None);
-        assert!(proxy.apply(&[service("svc", 80, Some(&routes), vec![])]).is_empty());
+        assert!(
+            proxy
+                .apply(&[service("svc", 80, Some(&routes), vec![])])
+                .is_empty()
+        );
         rt.block_on(async {
             let ask = |head: &'static str| async move {
-                raw(vip(80), format!("{head}Connection: close\r\n\r\n").as_bytes()).await
+                raw(
+                    vip(80),
+                    format!("{head}Connection: close\r\n\r\n").as_bytes(),
+                )
+                .await
             };
             let r = ask("GET / HTTP/1.1\r\nHost: admin\r\n").await;
             assert_eq!(status_of(&r), "403", "the admin route denies: {r}");
@@ -126,14 +134,25 @@ fn a_second_host_a_host_unlike_the_authority_and_connection_host_get_400_or_keep
             // `Connection: host` names a hop-by-hop header, but the Host stays.
             let r = ask("GET /c HTTP/1.1\r\nHost: public.example\r\nConnection: host\r\n").await;
             assert_eq!(status_of(&r), "200", "{r}");
-            assert!(r.contains("\nhost: public.example\n"), "the backend got the client's Host: {r}");
+            assert!(
+                r.contains("\nhost: public.example\n"),
+                "the backend got the client's Host: {r}"
+            );
 
             // h2c: a Host header that disagrees with :authority.
-            let a = send(&client(true), "GET", &url(80, "/h2"), &[("host", "admin")], "")
+            let a = send(
+                &client(true),
+                "GET",
+                &url(80, "/h2"),
+                &[("host", "admin")],
+                "",
+            )
+            .await
+            .expect("answer");
+            assert_eq!(a.status, 400, "{a:?}");
+            let a = send(&client(true), "GET", &url(80, "/h2"), &[], "")
                 .await
                 .expect("answer");
-            assert_eq!(a.status, 400, "{a:?}");
-            let a = send(&client(true), "GET", &url(80, "/h2"), &[], "").await.expect("answer");
             assert_eq!(a.status, 200, "{a:?}");
         });
         proxy.shutdown();
@@ -232,23 +251,38 @@ fn connect_gets_405_and_broken_chunked_framing_gets_400() {
             )
             .await;
             assert_eq!(status_of(&r), "405", "{r}");
-            assert!(r.to_ascii_lowercase().contains("\r\nallow: "), "a 405 says what is allowed: {r}");
+            assert!(
+                r.to_ascii_lowercase().contains("\r\nallow: "),
+                "a 405 says what is allowed: {r}"
+            );
             for body in [
                 &b"zz\r\nhello\r\n0\r\n\r\n"[..],
                 b"3\r\nhello\r\n0\r\n\r\n",
                 b"fffffffffffffffffffff\r\nx\r\n0\r\n\r\n",
                 b"5\nhello\n0\n\n",
             ] {
-                let mut req = b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                let mut req =
+                    b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        .to_vec();
                 req.extend_from_slice(body);
                 let r = raw(vip(80), &req).await;
-                assert_eq!(status_of(&r), "400", "{:?}: {r}", String::from_utf8_lossy(body));
+                assert_eq!(
+                    status_of(&r),
+                    "400",
+                    "{:?}: {r}",
+                    String::from_utf8_lossy(body)
+                );
             }
-            let a = send(&client(false), "POST", &url(80, "/"), &[], "still fine").await.expect("answer");
+            let a = send(&client(false), "POST", &url(80, "/"), &[], "still fine")
+                .await
+                .expect("answer");
             assert_eq!(a.status, 200);
         });
         let (_, _, malformed, _) = proxy.connection_counts();
-        assert!(malformed >= 1, "broken framing is counted as malformed: {malformed}");
+        assert!(
+            malformed >= 1,
+            "broken framing is counted as malformed: {malformed}"
+        );
         proxy.shutdown();
     });
 }
@@ -300,7 +334,10 @@ fn forwarded_for_counts_only_from_trusted_proxies() {
         let backends: Vec<EchoBackend> = (0..4)
             .map(|i| rt.block_on(EchoBackend::start(backend_addr(i, 80), &format!("b{i}"))))
             .collect();
-        let urls: Vec<String> = backends.iter().map(|b| format!("\"http://{}\"", b.addr)).collect();
+        let urls: Vec<String> = backends
+            .iter()
+            .map(|b| format!("\"http://{}\"", b.addr))
+            .collect();
         let routes = format!("api: * -> <consistentHash, {}>;\n", urls.join(", "));
         std::fs::write(&file_text, &routes).expect("routes file");
         // The endpoint `lbctl routes` predicts for a client address.
@@ -309,7 +346,11 @@ fn forwarded_for_counts_only_from_trusted_proxies() {
                 .args(["routes", &file_text, "/", "--client", client, "-o", "json"])
                 .output()
                 .expect("lbctl runs");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
             v["pick"].as_str().expect("a pick").to_owned()
         };
@@ -323,7 +364,11 @@ fn forwarded_for_counts_only_from_trusted_proxies() {
             })
             .expect("some address hashes elsewhere");
         let served_by = |a: &lb_testbed::http::Answer| -> String {
-            let i: usize = a.backend().trim_start_matches('b').parse().expect("an echo backend's name");
+            let i: usize = a
+                .backend()
+                .trim_start_matches('b')
+                .parse()
+                .expect("an echo backend's name");
             backends[i].addr.to_string()
         };
         for phase in ["default", "trusted"] {
@@ -335,23 +380,57 @@ fn forwarded_for_counts_only_from_trusted_proxies() {
             let config: L7Config = if phase == "default" {
                 L7Config::default()
             } else {
-                toml::from_str(&format!("trusted_proxies = [\"{trusted}/32\", \"2001:db8::/32\"]")).expect("config")
+                toml::from_str(&format!(
+                    "trusted_proxies = [\"{trusted}/32\", \"2001:db8::/32\"]"
+                ))
+                .expect("config")
             };
             let mut proxy = proxy_with(&config, Some(AccessLog::open(settings).expect("log")));
-            assert!(proxy.apply(&[service("svc", 80, Some(&routes), vec![])]).is_empty());
+            assert!(
+                proxy
+                    .apply(&[service("svc", 80, Some(&routes), vec![])])
+                    .is_empty()
+            );
             for peer in [trusted, untrusted] {
                 let a = rt
-                    .block_on(send(&client_from(false, peer), "GET", &url(80, "/"), &[("X-Forwarded-For", &forwarded)], ""))
+                    .block_on(send(
+                        &client_from(false, peer),
+                        "GET",
+                        &url(80, "/"),
+                        &[("X-Forwarded-For", &forwarded)],
+                        "",
+                    ))
                     .expect("answer");
                 assert_eq!(a.status, 200);
                 let believed = phase == "trusted" && peer == trusted;
-                let expected = if believed { predict(&forwarded) } else { predict(&peer.to_string()) };
-                assert_eq!(served_by(&a), expected, "{phase}: peer {peer} hashed by {}", if believed { "its X-Forwarded-For" } else { "its own address" });
-                assert!(a.body.contains(&format!("x-forwarded-for: {forwarded}, {peer}\n")), "the header is still forwarded: {}", a.body);
+                let expected = if believed {
+                    predict(&forwarded)
+                } else {
+                    predict(&peer.to_string())
+                };
+                assert_eq!(
+                    served_by(&a),
+                    expected,
+                    "{phase}: peer {peer} hashed by {}",
+                    if believed {
+                        "its X-Forwarded-For"
+                    } else {
+                        "its own address"
+                    }
+                );
+                assert!(
+                    a.body
+                        .contains(&format!("x-forwarded-for: {forwarded}, {peer}\n")),
+                    "the header is still forwarded: {}",
+                    a.body
+                );
             }
             proxy.shutdown();
             let text = std::fs::read_to_string(&log_path).expect("log written");
-            let hosts: Vec<&str> = text.lines().map(|l| l.split(" - ").next().unwrap_or("")).collect();
+            let hosts: Vec<&str> = text
+                .lines()
+                .map(|l| l.split(" - ").next().unwrap_or(""))
+                .collect();
             let want: Vec<String> = if phase == "trusted" {
                 vec![forwarded.clone(), untrusted.to_string()]
             } else {
@@ -359,5 +438,50 @@ fn forwarded_for_counts_only_from_trusted_proxies() {
             };
             assert_eq!(hosts, want, "{phase}: access-log hosts\n{text}");
         }
+    });
+}
+
+#[test]
+fn a_full_proxy_closes_the_oldest_silent_connection_to_let_a_client_in() {
+    namespace().run(|| {
+        let rt = runtime();
+        let config = L7Config {
+            max_connections: 3,
+            ..L7Config::default()
+        };
+        let (proxy, _backend) = one_backend_proxy(&rt, &config);
+        rt.block_on(async {
+            let mut silent = Vec::new();
+            for _ in 0..3 {
+                silent.push(
+                    tokio::net::TcpStream::connect(vip(80))
+                        .await
+                        .expect("connect"),
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let a = send(&client(false), "GET", &url(80, "/"), &[], "")
+                .await
+                .expect("let in");
+            assert_eq!(a.status, 200);
+            // The oldest silent connection made room; the others are still open.
+            let mut buf = [0u8; 16];
+            let n = tokio::time::timeout(Duration::from_secs(5), silent[0].read(&mut buf))
+                .await
+                .expect("the oldest was closed")
+                .unwrap_or(0);
+            assert_eq!(n, 0);
+            for s in &mut silent[1..] {
+                assert!(
+                    tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf))
+                        .await
+                        .is_err(),
+                    "younger silent connections stay"
+                );
+            }
+        });
+        assert_eq!(proxy.evicted(), 1);
+        proxy.shutdown();
     });
 }

@@ -15,3 +15,4 @@ pub mod node;
 pub mod proxy;
 pub mod routes;
 pub mod stats;
+pub mod throttle;

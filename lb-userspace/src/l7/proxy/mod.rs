@@ -9,12 +9,17 @@
 //! replaced in place — requests in flight keep the table and set they started with.
 
 mod body;
+mod forward;
 mod handler;
 pub mod headers;
 mod listen;
+mod pending;
+mod request;
 mod settings;
 #[cfg(test)]
 mod tests;
+pub mod trust;
+mod tunnel;
 pub mod workers;
 
 use std::{
@@ -334,6 +339,11 @@ impl Proxy {
             c.malformed.load(Ordering::Relaxed),
             c.idle_closed.load(Ordering::Relaxed),
         )
+    }
+
+    /// Connections without a request head closed to make room for new ones.
+    pub fn evicted(&self) -> u64 {
+        self.shared.connections.pending.evicted()
     }
 
     /// Stops accepting, lets requests in flight finish (up to the shutdown timeout),
