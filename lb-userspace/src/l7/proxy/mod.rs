@@ -103,6 +103,9 @@ struct Running {
     stop: watch::Sender<bool>,
     /// The last route text that did not compile.
     rejected: Option<Arc<str>>,
+    /// A second descriptor of each listening socket, to hand them to the next lbd.
+    /// Dropped with the service, so a removed service's port closes.
+    listeners: Vec<std::net::TcpListener>,
 }
 
 /// The proxy.
@@ -112,6 +115,9 @@ pub struct Proxy {
     services: HashMap<String, Running>,
     /// Tells every connection to finish (graceful shutdown).
     drain: watch::Sender<bool>,
+    /// Listening sockets a previous lbd handed over, by address, until the first
+    /// [`Proxy::apply`] serves them (or closes those no service wants).
+    inherited: HashMap<SocketAddr, Vec<std::net::TcpListener>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -203,7 +209,28 @@ impl Proxy {
             shared,
             services: HashMap::new(),
             drain: watch::channel(false).0,
+            inherited: HashMap::new(),
         })
+    }
+
+    /// Serves `listeners` (sockets a previous lbd handed over) for the services of the
+    /// next [`Proxy::apply`] with their address, instead of binding new ones: clients
+    /// waiting in their backlogs are served, not refused.
+    pub fn adopt(&mut self, listeners: Vec<std::net::TcpListener>) {
+        for l in listeners {
+            match l.local_addr() {
+                Ok(addr) => self.inherited.entry(addr).or_default().push(l),
+                Err(e) => log::warn!("l7: a handed-over socket has no address ({e}); closing it"),
+            }
+        }
+    }
+
+    /// Every listening socket, to hand over to the next lbd.
+    pub fn listeners(&self) -> Vec<&std::net::TcpListener> {
+        self.services
+            .values()
+            .flat_map(|r| r.listeners.iter())
+            .collect()
     }
 
     /// Makes the running services match `inputs`. Each service is applied on its own:
@@ -247,11 +274,19 @@ impl Proxy {
             .flat_map(|i| i.endpoints.iter().map(|e| e.authority.as_str()))
             .collect();
         self.shared.registry.prune(&listed);
+        // Handed-over sockets no service took close now.
+        for (addr, unused) in self.inherited.drain() {
+            log::info!(
+                "l7: closing {} handed-over sockets on {addr}: no service listens there now",
+                unused.len()
+            );
+        }
         errors
     }
 
-    /// Compiles a new service's routes and listens on its VIP:port on every worker.
-    fn launch(&self, input: &ServiceInput, now: SystemTime) -> Result<Running, ApplyError> {
+    /// Compiles a new service's routes and listens on its VIP:port on every worker
+    /// (with the sockets handed over for it, if any).
+    fn launch(&mut self, input: &ServiceInput, now: SystemTime) -> Result<Running, ApplyError> {
         let Some(workers) = &self.workers else {
             return Err(ApplyError::Listen {
                 service: input.name.clone(),
@@ -265,17 +300,24 @@ impl Proxy {
                 source,
             }
         })?;
-        // One listener per worker, all bound before any is served.
-        let listeners = workers
-            .handles()
+        // At least one listener per worker, all bound before any is served. Handed-over
+        // sockets come first and are all served (closing one would reset the
+        // connections in its backlog); a worker may then serve more than one.
+        let listen_err = |source| ApplyError::Listen {
+            service: input.name.clone(),
+            addr: input.listen,
+            source,
+        };
+        let mut listeners = self.inherited.remove(&input.listen).unwrap_or_default();
+        let adopted = listeners.len();
+        while listeners.len() < workers.handles().len() {
+            listeners.push(bind(input.listen).map_err(listen_err)?);
+        }
+        let kept = listeners
             .iter()
-            .map(|_| bind(input.listen))
+            .map(std::net::TcpListener::try_clone)
             .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|source| ApplyError::Listen {
-                service: input.name.clone(),
-                addr: input.listen,
-                source,
-            })?;
+            .map_err(listen_err)?;
         let state = Arc::new(ServiceState {
             name: input.name.clone(),
             routes: ArcSwap::from_pointee(table),
@@ -283,7 +325,7 @@ impl Proxy {
             stats: ServiceStats::default(),
         });
         let (stop, _) = watch::channel(false);
-        for (handle, listener) in workers.handles().iter().zip(listeners) {
+        for (handle, listener) in workers.handles().iter().cycle().zip(listeners) {
             let (state, shared) = (Arc::clone(&state), Arc::clone(&self.shared));
             let stops = listen::Stops {
                 service: stop.subscribe(),
@@ -296,6 +338,13 @@ impl Proxy {
                 }
             });
         }
+        if adopted > 0 {
+            log::info!(
+                "l7 service {}: serving {adopted} handed-over sockets on http://{}",
+                input.name,
+                input.listen
+            );
+        }
         log::info!(
             "l7 service {}: listening on http://{}",
             input.name,
@@ -306,6 +355,7 @@ impl Proxy {
             state,
             stop,
             rejected: None,
+            listeners: kept,
         })
     }
 
@@ -353,6 +403,12 @@ impl Proxy {
             return;
         };
         let _ = self.drain.send(true);
+        // The accept loops have let go of their sockets; without these copies too the
+        // ports close, and a client is refused at once rather than left waiting in a
+        // backlog nobody accepts from.
+        for r in self.services.values_mut() {
+            r.listeners.clear();
+        }
         let open = || self.shared.connections.open.load(Ordering::Acquire);
         let deadline = std::time::Instant::now() + self.shared.limits.shutdown_timeout;
         while open() > 0 && std::time::Instant::now() < deadline {
