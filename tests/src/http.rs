@@ -303,3 +303,69 @@ pub async fn raw(addr: SocketAddr, raw: &[u8]) -> String {
 
 /// An empty body type for clients that only GET.
 pub type NoBody = Empty<Bytes>;
+
+/// A backend for CONNECT: answers `200` to a CONNECT, then on the tunnel writes
+/// `target <authority>\n` and echoes every byte back; anything else gets 400. Stops
+/// when dropped.
+#[derive(Debug)]
+pub struct TunnelBackend {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TunnelBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TunnelBackend {
+    /// Starts on `addr` on the current runtime.
+    ///
+    /// # Panics
+    /// If it cannot bind.
+    pub async fn start(addr: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(|mut req: Request<Incoming>| async move {
+                        if req.method() != hyper::Method::CONNECT {
+                            let mut r =
+                                Response::new(Full::new(Bytes::from_static(b"CONNECT only\n")));
+                            *r.status_mut() = hyper::StatusCode::BAD_REQUEST;
+                            return Ok::<_, Infallible>(r);
+                        }
+                        let target = req.uri().to_string();
+                        let upgrade = hyper::upgrade::on(&mut req);
+                        tokio::spawn(async move {
+                            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                            let Ok(up) = upgrade.await else { return };
+                            let mut io = TokioIo::new(up);
+                            let _ = io.write_all(format!("target {target}\n").as_bytes()).await;
+                            let mut buf = [0u8; 4096];
+                            while let Ok(n) = io.read(&mut buf).await {
+                                if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                        Ok(Response::new(Full::new(Bytes::new())))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        Self { addr, task }
+    }
+}

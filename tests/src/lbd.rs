@@ -41,8 +41,9 @@ fn binary(var: &str, name: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct LbdProcess {
     child: Option<Child>,
-    /// The soft open-file limit lbd starts with (`None`: the test's own).
-    nofile: Option<u64>,
+    /// The soft and hard open-file limits lbd starts with (`None`: the test's own;
+    /// a hard `None` keeps the test's).
+    nofile: Option<(u64, Option<u64>)>,
     log: PathBuf,
     ns_name: String,
     config: PathBuf,
@@ -64,14 +65,19 @@ impl LbdProcess {
         Self::start_full(ns, config, state, None)
     }
 
-    /// Like [`LbdProcess::start`], with lbd's soft open-file limit set to `soft` (the
-    /// hard limit stays the test's, which must be higher) — as service managers start
-    /// daemons with 1024.
-    pub fn start_with_nofile(ns: &Netns, config: &str, soft: u64) -> Self {
-        Self::start_full(ns, config, &[], Some(soft))
+    /// Like [`LbdProcess::start`], with lbd's soft open-file limit set to `soft` — as
+    /// service managers start daemons with 1024 — and its hard limit to `hard` (`None`
+    /// keeps the test's).
+    pub fn start_with_nofile(ns: &Netns, config: &str, soft: u64, hard: Option<u64>) -> Self {
+        Self::start_full(ns, config, &[], Some((soft, hard)))
     }
 
-    fn start_full(ns: &Netns, config: &str, state: &[(&str, &str)], nofile: Option<u64>) -> Self {
+    fn start_full(
+        ns: &Netns,
+        config: &str,
+        state: &[(&str, &str)],
+        nofile: Option<(u64, Option<u64>)>,
+    ) -> Self {
         let dir = TempDir::new("lbd");
         let state_dir = dir.path().join("state");
         std::fs::create_dir_all(&state_dir).expect("state dir");
@@ -204,7 +210,7 @@ impl LbdProcess {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("dup log"))
             .stderr(log_file);
-        if let Some(soft) = self.nofile {
+        if let Some((soft, hard)) = self.nofile {
             use std::os::unix::process::CommandExt as _;
             // SAFETY: between fork and exec the child only calls getrlimit and
             // setrlimit, which are async-signal-safe; `ip netns exec` and lbd inherit
@@ -218,6 +224,7 @@ impl LbdProcess {
                     if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
+                    lim.rlim_max = hard.map_or(lim.rlim_max, |h| h.min(lim.rlim_max));
                     lim.rlim_cur = soft.min(lim.rlim_max);
                     if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                         return Err(std::io::Error::last_os_error());

@@ -371,8 +371,12 @@ fn ten_thousand_silent_connections_under_a_1024_file_limit_leave_room_for_a_clie
     let bed = L7Bed::build();
     // Heads may take 60 s: the silent connections stay for the whole test unless lbd
     // closes them to make room.
-    let lbd =
-        LbdProcess::start_with_nofile(&bed.topo.lb, &bed.config("header_timeout = \"60s\""), 1024);
+    let lbd = LbdProcess::start_with_nofile(
+        &bed.topo.lb,
+        &bed.config("header_timeout = \"60s\""),
+        1024,
+        None,
+    );
     wait_until("the proxy listens", Duration::from_secs(10), || {
         lbd.log().contains("l7 service web: listening")
     });
@@ -404,7 +408,7 @@ fn ten_thousand_silent_connections_under_a_1024_file_limit_leave_room_for_a_clie
             let started = Instant::now();
             let mut held = 0.0;
             while started.elapsed() < Duration::from_secs(60) {
-                held = l7_connections(&lb);
+                held = metric(&lb, "lbd_l7_connections");
                 if held >= (SILENT * 99 / 100) as f64 {
                     break;
                 }
@@ -464,6 +468,110 @@ fn ten_thousand_silent_connections_under_a_1024_file_limit_leave_room_for_a_clie
     );
 }
 
+#[test]
+fn out_of_file_descriptors_lbd_neither_spins_nor_floods_its_log() {
+    // A hard limit lbd cannot raise past, filled by silent connections.
+    const FILES: u64 = 300;
+    let bed = L7Bed::build();
+    let lbd = LbdProcess::start_with_nofile(
+        &bed.topo.lb,
+        &bed.config("header_timeout = \"60s\""),
+        FILES,
+        Some(FILES),
+    );
+    wait_until("the proxy listens", Duration::from_secs(10), || {
+        lbd.log().contains("l7 service web: listening")
+    });
+    let accept_lines = |log: &str| log.lines().filter(|l| l.contains("accept")).count();
+    let malformed_lines = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("malformed request"))
+            .count()
+    };
+    let before = (accept_lines(&lbd.log()), malformed_lines(&lbd.log()));
+    const WINDOW: Duration = Duration::from_secs(3);
+    let lb = bed.topo.lb.name().to_owned();
+    let (malformed_counted, silent) = bed.topo.client.run(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let target = std::net::SocketAddr::from((VIP, 80));
+            // 200 malformed requests: each would be a warning.
+            for _ in 0..200 {
+                let _ = lb_testbed::http::raw(target, b"GARBAGE\r\n\r\n").await;
+            }
+            let counted = metric(&lb, "lbd_l7_malformed_requests_total");
+            // More connections than lbd has descriptors: its accepts fail.
+            let mut silent = Vec::new();
+            for _ in 0..2 * FILES {
+                if let Ok(Ok(s)) = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    tokio::net::TcpStream::connect(target),
+                )
+                .await
+                {
+                    silent.push(s);
+                }
+            }
+            // Metrics scrapes while lbd has no descriptor to accept them with (they
+            // may go unanswered; what matters is what lbd does meanwhile).
+            let started = Instant::now();
+            while started.elapsed() < WINDOW {
+                let _ = metric(&lb, "lbd_l7_connections");
+            }
+            (counted, silent)
+        })
+    });
+    let log = lbd.log();
+    let accepts = accept_lines(&log) - before.0;
+    let malformed = malformed_lines(&log) - before.1;
+    eprintln!(
+        "200 malformed requests ({malformed_counted} counted): {malformed} log lines; then out of descriptors for {WINDOW:?}: {accepts} accept log lines"
+    );
+    assert!(
+        malformed_counted >= 200.0,
+        "the malformed requests reached lbd: {malformed_counted}"
+    );
+    assert!(
+        malformed <= 3,
+        "{malformed} malformed-request lines:\n{}",
+        tail(&log)
+    );
+    // Each of the three accept loops (two proxy workers, metrics) may log once a second.
+    let most = 3 * (WINDOW.as_secs() as usize + 3);
+    assert!(
+        accepts <= most,
+        "{accepts} accept lines in {WINDOW:?}:\n{}",
+        tail(&log)
+    );
+    drop(silent);
+    // With the connections gone, lbd serves again (once health checks, which also
+    // ran out of descriptors, have passed again).
+    let url = format!("http://{VIP}/");
+    wait_until("lbd answers again", Duration::from_secs(20), || {
+        let url = url.clone();
+        bed.topo.client.run(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                get(&client(false), &url)
+                    .await
+                    .is_ok_and(|a| a.status == 200)
+            })
+        })
+    });
+}
+
+/// The last 40 lines of a log.
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
 /// Awaits every future (no extra dependency for a join of many).
 async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
@@ -478,9 +586,10 @@ where
     out
 }
 
-/// `lbd_l7_connections` from lbd's metrics in the namespace `ns` (NaN when the scrape
-/// fails). Runs on the caller's thread, which enters `ns`.
-fn l7_connections(ns: &str) -> f64 {
+/// The metric `name` (without labels) from lbd's metrics in the namespace `ns` (NaN
+/// when the scrape fails), scraped from a thread that enters `ns`.
+fn metric(ns: &str, name: &str) -> f64 {
+    let prefix = format!("{name} ");
     use std::io::{Read as _, Write as _};
     let scrape = || -> Option<f64> {
         let file = std::fs::File::open(format!("/run/netns/{ns}")).ok()?;
@@ -504,7 +613,7 @@ fn l7_connections(ns: &str) -> f64 {
         });
         let raw = rx.recv().ok()??;
         raw.lines().find_map(|l| {
-            l.strip_prefix("lbd_l7_connections ")
+            l.strip_prefix(prefix.as_str())
                 .and_then(|v| v.trim().parse().ok())
         })
     };

@@ -485,3 +485,57 @@ fn a_full_proxy_closes_the_oldest_silent_connection_to_let_a_client_in() {
         proxy.shutdown();
     });
 }
+
+#[test]
+fn connect_through_a_route_that_allows_it_is_a_tunnel() {
+    namespace().run(|| {
+        let rt = runtime();
+        let tunnel = rt.block_on(lb_testbed::http::TunnelBackend::start(backend_addr(
+            1, 3128,
+        )));
+        let echo = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
+        let routes = format!(
+            r#"tunnel: Method("CONNECT") -> "http://{}";
+               all: * -> "http://{}";"#,
+            tunnel.addr, echo.addr
+        );
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        assert!(
+            proxy
+                .apply(&[service("svc", 80, Some(&routes), vec![])])
+                .is_empty()
+        );
+        rt.block_on(async {
+            let mut s = tokio::net::TcpStream::connect(vip(80))
+                .await
+                .expect("connect");
+            s.write_all(b"CONNECT 198.18.0.99:443 HTTP/1.1\r\nHost: 198.18.0.99:443\r\n\r\n")
+                .await
+                .expect("write");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            // The answer's head, then the tunnel's greeting and our echo.
+            s.write_all(b"ping\n").await.expect("write");
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !String::from_utf8_lossy(&got).contains("ping\n") {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no echo through the tunnel: {:?}",
+                    String::from_utf8_lossy(&got)
+                );
+                match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+                    Ok(Ok(0)) | Err(_) => break,
+                    Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                    Ok(Err(e)) => panic!("read: {e}"),
+                }
+            }
+            let text = String::from_utf8_lossy(&got).into_owned();
+            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+            assert!(
+                text.ends_with("\r\n\r\ntarget 198.18.0.99:443\nping\n"),
+                "{text}"
+            );
+        });
+        proxy.shutdown();
+    });
+}

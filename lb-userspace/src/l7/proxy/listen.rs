@@ -256,7 +256,8 @@ async fn serve(
             async move { Ok::<_, std::convert::Infallible>(service.handle(req, peer, activity).await) }
         })
     };
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    // With upgrades: a CONNECT a route allows becomes a tunnel.
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
     tokio::pin!(conn);
     // The first head's deadline, counted from the accept.
     let first_head = tokio::time::sleep(limits.header_timeout);
