@@ -573,9 +573,9 @@ fn tail(log: &str) -> String {
 }
 
 /// Awaits every future (no extra dependency for a join of many).
-async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.map(tokio::spawn).collect();
