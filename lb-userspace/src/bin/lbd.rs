@@ -75,7 +75,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             None
         }
     };
-    open_file_limit(&config);
+    lb_userspace::l7::nofile::raise_for(&config);
     let mut agent = Agent::start(config).context("starting the data plane")?;
     let node = agent.config().node.clone();
     log::info!(
@@ -131,37 +131,6 @@ fn run(args: Args) -> anyhow::Result<()> {
 struct Paths<'a> {
     config: &'a std::path::Path,
     handover: &'a std::path::Path,
-}
-
-/// Raises the open-file limit to the hard limit (each proxied connection holds one or
-/// two descriptors) and warns when `node.l7.max_connections` still does not fit.
-fn open_file_limit(config: &config::ValidConfig) {
-    use lb_userspace::l7::nofile;
-    match nofile::raise() {
-        Ok(limit) => {
-            if limit.was < limit.soft {
-                log::info!(
-                    "open-file limit raised from {} to {}",
-                    limit.was,
-                    limit.soft
-                );
-            }
-            let l7 = config
-                .services
-                .iter()
-                .any(|s| s.mode == config::ForwardingModeConfig::L7);
-            let max = config.node.l7.max_connections;
-            let need = nofile::needed(max);
-            if l7 && need > limit.soft {
-                log::warn!(
-                    "node.l7.max_connections = {max} may need {need} open files but the limit is {}: \
-                     raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) or lower max_connections",
-                    limit.soft
-                );
-            }
-        }
-        Err(e) => log::warn!("raising the open-file limit: {e}"),
-    }
 }
 
 /// Logs the non-zero data-plane counters, one `name=value` pair each.

@@ -62,6 +62,36 @@ pub fn needed(max_connections: usize) -> u64 {
         .saturating_add(RESERVE)
 }
 
+/// Raises the limit (see [`raise`]), logging the change, and warns when `config`'s
+/// `node.l7.max_connections` may not fit under it.
+pub fn raise_for(config: &crate::config::ValidConfig) {
+    match raise() {
+        Ok(limit) => {
+            if limit.was < limit.soft {
+                log::info!(
+                    "open-file limit raised from {} to {}",
+                    limit.was,
+                    limit.soft
+                );
+            }
+            let l7 = config
+                .services
+                .iter()
+                .any(|s| s.mode == crate::config::ForwardingModeConfig::L7);
+            let max = config.node.l7.max_connections;
+            let need = needed(max);
+            if l7 && need > limit.soft {
+                log::warn!(
+                    "node.l7.max_connections = {max} may need {need} open files but the limit is {}: \
+                     raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) or lower max_connections",
+                    limit.soft
+                );
+            }
+        }
+        Err(e) => log::warn!("raising the open-file limit: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
