@@ -5,7 +5,10 @@
 //! Timeouts a connection lives by:
 //! - its first request head must be complete within `header_timeout` of the accept,
 //!   whether it sent a byte or not (hyper's own timer starts only once it knows the
-//!   protocol, i.e. after the first bytes); later heads get hyper's `header_timeout`;
+//!   protocol, i.e. after the first bytes, and HTTP/2 has none);
+//! - later HTTP/1 heads get hyper's `header_timeout`, which hyper counts from the end
+//!   of the previous response, so an idle HTTP/1 connection closes after the shorter
+//!   of `header_timeout` and `idle_timeout`;
 //! - between requests, `idle_timeout`;
 //! - when the proxy is full, the oldest connection still without a head is closed to
 //!   make room ([`super::pending`]).
