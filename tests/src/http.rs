@@ -90,11 +90,26 @@ async fn echo(name: &str, counter: &AtomicU64, req: Request<Incoming>) -> Respon
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    if !body.is_empty() {
+    if !body.is_empty() && body.len() <= 4096 {
         text.push_str(&format!("body: {}\n", String::from_utf8_lossy(&body)));
     }
     counter.fetch_add(1, Ordering::Relaxed);
-    Response::new(Full::new(Bytes::from(text)))
+    let mut resp = Response::new(Full::new(Bytes::from(text)));
+    // What arrived of the body, also for HEAD (whose answer has no body).
+    let h = resp.headers_mut();
+    h.insert("x-body-bytes", body.len().into());
+    h.insert(
+        "x-body-hash",
+        format!("{:016x}", fnv64(&body)).parse().expect("hex"),
+    );
+    resp
+}
+
+/// FNV-1a, 64 bits: the echo backend's and the tests' checksum of a body.
+pub fn fnv64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A response as the tests look at it.
@@ -129,6 +144,106 @@ pub fn client(h2: bool) -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new())
         .http2_only(h2)
         .build(HttpConnector::new())
+}
+
+/// Like [`client`], connecting from `local` (an address of the namespace).
+pub fn client_from(h2: bool, local: std::net::IpAddr) -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(local));
+    Client::builder(TokioExecutor::new())
+        .http2_only(h2)
+        .build(connector)
+}
+
+/// A request body sent as `chunks` with a pause before each but the first, and no
+/// length announced: HTTP/1.1 sends it chunked, HTTP/2 as DATA frames after a HEADERS
+/// frame without END_STREAM.
+#[derive(Debug)]
+pub struct StreamedBody {
+    chunks: std::collections::VecDeque<Bytes>,
+    pause: Duration,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    first: bool,
+}
+
+impl StreamedBody {
+    /// `chunks`, `pause` apart.
+    pub fn new(chunks: Vec<Bytes>, pause: Duration) -> Self {
+        Self {
+            chunks: chunks.into(),
+            pause,
+            sleep: None,
+            first: true,
+        }
+    }
+}
+
+impl http_body::Body for StreamedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        use std::task::Poll;
+        if self.chunks.is_empty() {
+            return Poll::Ready(None);
+        }
+        if !self.first {
+            let pause = self.pause;
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(pause)));
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        }
+        self.first = false;
+        Poll::Ready(
+            self.chunks
+                .pop_front()
+                .map(|c| Ok(http_body::Frame::data(c))),
+        )
+    }
+}
+
+/// Sends `method url` with a [`StreamedBody`] of `chunks` over HTTP/1.1 (chunked, the
+/// `Transfer-Encoding` set explicitly so that GET and HEAD carry it too) or h2c;
+/// `Err` on a transport error or after 10 s.
+///
+/// # Errors
+/// The transport error, as text.
+pub async fn send_streamed(
+    h2: bool,
+    method: &str,
+    url: &str,
+    chunks: Vec<Bytes>,
+) -> Result<Answer, String> {
+    let client: Client<HttpConnector, StreamedBody> = Client::builder(TokioExecutor::new())
+        .http2_only(h2)
+        .build(HttpConnector::new());
+    let mut req = Request::builder().method(method).uri(url);
+    if !h2 {
+        req = req.header("transfer-encoding", "chunked");
+    }
+    let req = req
+        .body(StreamedBody::new(chunks, Duration::from_millis(20)))
+        .map_err(|e| e.to_string())?;
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .map_err(|_| format!("{method} {url}: timed out"))?
 }
 
 /// Sends `method url` with `headers` and `body`; `Err` on a transport error or after
@@ -188,3 +303,69 @@ pub async fn raw(addr: SocketAddr, raw: &[u8]) -> String {
 
 /// An empty body type for clients that only GET.
 pub type NoBody = Empty<Bytes>;
+
+/// A backend for CONNECT: answers `200` to a CONNECT, then on the tunnel writes
+/// `target <authority>\n` and echoes every byte back; anything else gets 400. Stops
+/// when dropped.
+#[derive(Debug)]
+pub struct TunnelBackend {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TunnelBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TunnelBackend {
+    /// Starts on `addr` on the current runtime.
+    ///
+    /// # Panics
+    /// If it cannot bind.
+    pub async fn start(addr: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(|mut req: Request<Incoming>| async move {
+                        if req.method() != hyper::Method::CONNECT {
+                            let mut r =
+                                Response::new(Full::new(Bytes::from_static(b"CONNECT only\n")));
+                            *r.status_mut() = hyper::StatusCode::BAD_REQUEST;
+                            return Ok::<_, Infallible>(r);
+                        }
+                        let target = req.uri().to_string();
+                        let upgrade = hyper::upgrade::on(&mut req);
+                        tokio::spawn(async move {
+                            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                            let Ok(up) = upgrade.await else { return };
+                            let mut io = TokioIo::new(up);
+                            let _ = io.write_all(format!("target {target}\n").as_bytes()).await;
+                            let mut buf = [0u8; 4096];
+                            while let Ok(n) = io.read(&mut buf).await {
+                                if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                        Ok(Response::new(Full::new(Bytes::new())))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        Self { addr, task }
+    }
+}

@@ -41,6 +41,9 @@ fn binary(var: &str, name: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct LbdProcess {
     child: Option<Child>,
+    /// The soft and hard open-file limits lbd starts with (`None`: the test's own;
+    /// a hard `None` keeps the test's).
+    nofile: Option<(u64, Option<u64>)>,
     log: PathBuf,
     ns_name: String,
     config: PathBuf,
@@ -59,6 +62,22 @@ impl LbdProcess {
     /// Like [`LbdProcess::start`], with files written into lbd's state directory first
     /// (e.g. `fade-in.json` with ramp start times).
     pub fn start_with_state(ns: &Netns, config: &str, state: &[(&str, &str)]) -> Self {
+        Self::start_full(ns, config, state, None)
+    }
+
+    /// Like [`LbdProcess::start`], with lbd's soft open-file limit set to `soft` — as
+    /// service managers start daemons with 1024 — and its hard limit to `hard` (`None`
+    /// keeps the test's).
+    pub fn start_with_nofile(ns: &Netns, config: &str, soft: u64, hard: Option<u64>) -> Self {
+        Self::start_full(ns, config, &[], Some((soft, hard)))
+    }
+
+    fn start_full(
+        ns: &Netns,
+        config: &str,
+        state: &[(&str, &str)],
+        nofile: Option<(u64, Option<u64>)>,
+    ) -> Self {
         let dir = TempDir::new("lbd");
         let state_dir = dir.path().join("state");
         std::fs::create_dir_all(&state_dir).expect("state dir");
@@ -69,6 +88,7 @@ impl LbdProcess {
         let config_path = dir.path().join("lbd.toml");
         let mut lbd = Self {
             child: None,
+            nofile,
             log: dir.path().join("lbd.log"),
             ns_name: ns.name().to_owned(),
             config: config_path,
@@ -78,6 +98,11 @@ impl LbdProcess {
         lbd.write_config(config);
         lbd.spawn();
         lbd
+    }
+
+    /// The running lbd's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The pin directory lbd uses.
@@ -221,17 +246,39 @@ impl LbdProcess {
         // lbd logs its admin socket after attaching: waiting for that line means lbctl
         // can talk to it as soon as this returns.
         let before = self.log().matches("admin API on").count();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns_name])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns_name])
             .arg(lbd_binary())
             .arg("--config")
             .arg(&self.config)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("dup log"))
-            .stderr(log_file)
-            .spawn()
-            .expect("spawn lbd");
+            .stderr(log_file);
+        if let Some((soft, hard)) = self.nofile {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: between fork and exec the child only calls getrlimit and
+            // setrlimit, which are async-signal-safe; `ip netns exec` and lbd inherit
+            // the limit.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    lim.rlim_max = hard.map_or(lim.rlim_max, |h| h.min(lim.rlim_max));
+                    lim.rlim_cur = soft.min(lim.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("spawn lbd");
         self.child = Some(child);
         self.wait_for_log("admin API on", before + 1, Duration::from_secs(20));
     }
@@ -243,6 +290,35 @@ impl LbdProcess {
         let code = self.signal_and_wait(libc::SIGTERM);
         self.spawn();
         code
+    }
+
+    /// A zero-downtime restart: starts a second lbd on the same config while this one
+    /// runs; the new one takes over the l7 sockets and the old one drains and exits by
+    /// itself. Waits until the new lbd serves its admin socket, then (at most 20 s)
+    /// for the old one to exit; returns its exit code, or `None` if it had not exited
+    /// (it is then sent SIGTERM, as a service manager would stop it).
+    pub fn take_over(&mut self) -> Option<i32> {
+        /// Stops (SIGTERM) and reaps the old lbd however this ends, a panic included.
+        struct Old(Child);
+        impl Drop for Old {
+            fn drop(&mut self) {
+                if let Ok(None) = self.0.try_wait() {
+                    // SAFETY: kill on a pid we own and have not reaped.
+                    unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+                    let _ = self.0.wait();
+                }
+            }
+        }
+        let mut old = Old(self.child.take().expect("lbd runs"));
+        self.spawn();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(status)) = old.0.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// Replaces the config file and sends SIGHUP; waits until lbd logs the outcome

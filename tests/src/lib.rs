@@ -10,6 +10,7 @@ pub mod etcd;
 pub mod fixture;
 pub mod flood;
 pub mod http;
+pub mod l7;
 pub mod lbd;
 pub mod netns;
 pub mod packet;

@@ -5,12 +5,16 @@
 
 use std::{
     collections::BTreeMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions,
-    http::{client, get},
+    http::{client, get, send},
     is_root,
     lbd::TempDir,
     topology::{VIP, backend_addr},
@@ -18,6 +22,11 @@ use lb_testbed::{
 };
 
 fn config(routes_file: &str, log_file: &str) -> String {
+    config_with(routes_file, log_file, "")
+}
+
+/// [`config`] with `l7` as the body of a `[node.l7]` table.
+fn config_with(routes_file: &str, log_file: &str, l7: &str) -> String {
     let list: Vec<String> = (0..3)
         .map(|i| format!("{{ address = \"{}\" }}", backend_addr(i)))
         .collect();
@@ -25,7 +34,7 @@ fn config(routes_file: &str, log_file: &str) -> String {
         "[node]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\naccess_log = {{ file = \"{log_file}\" }}\n\n\
          [[service]]\nname = \"web\"\nvip = \"{VIP}\"\nport = 80\nmode = \"l7\"\nroutes_file = \"{routes_file}\"\n\
          health_check = {{ kind = \"http\", port = 8081, path = \"/healthz\", interval = \"200ms\", timeout = \"150ms\", rise = 2, fall = 2 }}\n\
-         backends = [{}]\n",
+         backends = [{}]\n\n[node.l7]\n{l7}\n",
         list.join(", ")
     )
 }
@@ -191,4 +200,422 @@ fn http_vip_routes_balances_follows_health_and_reloads_routes() {
         lines.contains("\"GET /hello HTTP/1.1\" 200 10 \"-\" \"-\""),
         "{lines}"
     );
+}
+
+/// The standard topology with the VIP on the LB node, three HTTP backends and their
+/// health endpoints; lbd serving `web` on the VIP with `* -> <roundRobin>` and the
+/// `[node.l7]` settings `l7`.
+struct L7Bed {
+    topo: Topology,
+    _servers: Vec<Server>,
+    dir: TempDir,
+}
+
+impl L7Bed {
+    fn build() -> Self {
+        assert!(is_root(), "this test needs root (network namespaces, XDP)");
+        let topo = Topology::build(&TopologyOptions::default());
+        topo.lb
+            .ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
+        let mut servers = Vec::new();
+        for i in 0..3 {
+            servers.push(Server::http(
+                &topo.backends[i],
+                backend_addr(i),
+                80,
+                &format!("b{i}"),
+            ));
+            servers.push(Server::http(&topo.backends[i], backend_addr(i), 8081, "ok"));
+        }
+        let dir = TempDir::new("l7bed");
+        std::fs::write(dir.path().join("web.eskip"), "all: * -> <roundRobin>;\n").expect("routes");
+        Self {
+            topo,
+            _servers: servers,
+            dir,
+        }
+    }
+
+    fn config(&self, l7: &str) -> String {
+        config_with(
+            &self.dir.path().join("web.eskip").display().to_string(),
+            &self.dir.path().join("access.log").display().to_string(),
+            l7,
+        )
+    }
+}
+
+/// How one load client sends: keep-alive HTTP/1.1, a new connection per request, or
+/// h2c.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    KeepAlive,
+    Close,
+    H2,
+}
+
+#[test]
+fn an_lbd_restart_under_load_fails_no_request() {
+    let bed = L7Bed::build();
+    let mut lbd = LbdProcess::start(&bed.topo.lb, &bed.config("shutdown_timeout = \"10s\""));
+    wait_until("the proxy listens", Duration::from_secs(10), || {
+        lbd.log().contains("l7 service web: listening")
+    });
+    const PER_CLIENT: usize = 500;
+    let kinds = [Kind::KeepAlive, Kind::KeepAlive, Kind::Close, Kind::H2];
+    let done = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let load = {
+        let (done, failures) = (Arc::clone(&done), Arc::clone(&failures));
+        bed.topo.client.spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let mut tasks = Vec::new();
+                for kind in kinds {
+                    let (done, failures) = (Arc::clone(&done), Arc::clone(&failures));
+                    tasks.push(tokio::spawn(async move {
+                        let c = client(matches!(kind, Kind::H2));
+                        let url = format!("http://{VIP}/");
+                        let headers: &[(&str, &str)] = match kind {
+                            Kind::Close => &[("Connection", "close")],
+                            _ => &[],
+                        };
+                        let mut ok = 0;
+                        for i in 0..PER_CLIENT {
+                            match send(&c, "GET", &url, headers, "").await {
+                                Ok(a) if a.status == 200 => ok += 1,
+                                Ok(a) => failures
+                                    .lock()
+                                    .expect("lock")
+                                    .push(format!("{kind:?} #{i}: status {}", a.status)),
+                                Err(e) => failures
+                                    .lock()
+                                    .expect("lock")
+                                    .push(format!("{kind:?} #{i}: {e}")),
+                            }
+                            done.fetch_add(1, Ordering::Relaxed);
+                            // Paced, so the load spans the whole restart.
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        ok
+                    }));
+                }
+                let mut ok = 0;
+                for t in tasks {
+                    ok += t.await.expect("client task");
+                }
+                ok
+            })
+        })
+    };
+    wait_until("the load runs", Duration::from_secs(30), || {
+        done.load(Ordering::Relaxed) >= 200
+    });
+    let old_exit = lbd.take_over();
+    let at_handover = done.load(Ordering::Relaxed);
+    let ok = load.join().expect("load");
+    let log = lbd.log();
+    let failures = failures.lock().expect("lock").clone();
+    eprintln!(
+        "restart under load: {ok} of {} requests answered 200, {} failures; the old lbd exited after {at_handover} requests",
+        PER_CLIENT * kinds.len(),
+        failures.len()
+    );
+    assert_eq!(
+        old_exit,
+        Some(0),
+        "the old lbd handed over, drained and exited by itself:\n{log}"
+    );
+    assert!(
+        at_handover + 200 < PER_CLIENT * kinds.len(),
+        "the restart happened under load ({at_handover} requests done when the old lbd exited)"
+    );
+    assert_eq!(
+        failures,
+        Vec::<String>::new(),
+        "no request failed across the restart:\n{log}"
+    );
+    assert_eq!(ok, PER_CLIENT * kinds.len());
+    // The new lbd serves on.
+    let by = spread(&bed.topo, "/", 3);
+    assert_eq!(by.values().sum::<usize>(), 3);
+    let (code, out) = lbd.stop();
+    assert_eq!(code, Some(0), "{out}");
+}
+
+#[test]
+fn ten_thousand_silent_connections_under_a_1024_file_limit_leave_room_for_a_client() {
+    const SILENT: usize = 10_000;
+    const REQUESTS: usize = 1_000;
+    // This process holds the silent connections' client ends.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        // Each side (this process, lbd) holds one end of every connection.
+        assert!(
+            lim.rlim_max > SILENT as u64 + 1024,
+            "the hard open-file limit ({}) must hold {SILENT} connections and more",
+            lim.rlim_max
+        );
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    let bed = L7Bed::build();
+    // Heads may take 60 s: the silent connections stay for the whole test unless lbd
+    // closes them to make room.
+    let lbd = LbdProcess::start_with_nofile(
+        &bed.topo.lb,
+        &bed.config("header_timeout = \"60s\""),
+        1024,
+        None,
+    );
+    wait_until("the proxy listens", Duration::from_secs(10), || {
+        lbd.log().contains("l7 service web: listening")
+    });
+    let lb = bed.topo.lb.name().to_owned();
+    let (silent, held, ok, failed) = bed.topo.client.run(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let target = std::net::SocketAddr::from((VIP, 80));
+            let mut silent = Vec::with_capacity(SILENT);
+            for _ in 0..SILENT / 250 {
+                let batch = (0..250).map(|_| {
+                    tokio::time::timeout(
+                        Duration::from_secs(3),
+                        tokio::net::TcpStream::connect(target),
+                    )
+                });
+                for r in futures_join(batch).await {
+                    if let Ok(Ok(s)) = r {
+                        silent.push(s);
+                    }
+                }
+            }
+            // Until lbd has accepted them (a connect completes in the kernel before
+            // lbd accepts it), at most 60 s.
+            let started = Instant::now();
+            let mut held = 0.0;
+            while started.elapsed() < Duration::from_secs(60) {
+                held = metric(&lb, "lbd_l7_connections");
+                if held >= (SILENT * 99 / 100) as f64 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            // A well-behaved client: new connections and keep-alive ones, each request
+            // given 2 s, the whole run at most 90 s.
+            let (mut ok, mut failed) = (0, 0);
+            let keep = client(false);
+            let url = format!("http://{VIP}/");
+            let started = Instant::now();
+            for i in 0..REQUESTS {
+                if started.elapsed() > Duration::from_secs(90) {
+                    failed += REQUESTS - i;
+                    break;
+                }
+                let answer = if i % 2 == 0 {
+                    tokio::time::timeout(
+                        Duration::from_secs(2),
+                        send(&client(false), "GET", &url, &[("Connection", "close")], ""),
+                    )
+                    .await
+                } else {
+                    tokio::time::timeout(Duration::from_secs(2), send(&keep, "GET", &url, &[], ""))
+                        .await
+                };
+                match answer {
+                    Ok(Ok(a)) if a.status == 200 => ok += 1,
+                    _ => failed += 1,
+                }
+            }
+            (silent.len(), held, ok, failed)
+        })
+    });
+    let rate = ok as f64 / REQUESTS as f64;
+    eprintln!(
+        "{silent} silent connections made, {held} open in lbd; then a client's requests: {ok} answered, {failed} failed ({:.1}% success)",
+        rate * 100.0,
+    );
+    assert!(rate >= 0.99, "{ok} of {REQUESTS} answered:\n{}", lbd.log());
+    assert!(
+        held >= (SILENT * 99 / 100) as f64,
+        "lbd held only {held} of {SILENT} silent connections when the client began"
+    );
+    // lbd runs with its soft limit raised to the hard one.
+    let pid = lbd.pid().expect("running");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("open files line");
+    let numbers: Vec<&str> = files.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(
+        numbers,
+        [lim.rlim_max.to_string(), lim.rlim_max.to_string()],
+        "{files}"
+    );
+}
+
+#[test]
+fn out_of_file_descriptors_lbd_neither_spins_nor_floods_its_log() {
+    // A hard limit lbd cannot raise past, filled by silent connections.
+    const FILES: u64 = 300;
+    let bed = L7Bed::build();
+    let lbd = LbdProcess::start_with_nofile(
+        &bed.topo.lb,
+        &bed.config("header_timeout = \"60s\""),
+        FILES,
+        Some(FILES),
+    );
+    wait_until("the proxy listens", Duration::from_secs(10), || {
+        lbd.log().contains("l7 service web: listening")
+    });
+    let accept_lines = |log: &str| log.lines().filter(|l| l.contains("accept")).count();
+    let malformed_lines = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("malformed request"))
+            .count()
+    };
+    let before = (accept_lines(&lbd.log()), malformed_lines(&lbd.log()));
+    const WINDOW: Duration = Duration::from_secs(3);
+    let lb = bed.topo.lb.name().to_owned();
+    let (malformed_counted, silent) = bed.topo.client.run(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let target = std::net::SocketAddr::from((VIP, 80));
+            // 200 malformed requests: each would be a warning.
+            for _ in 0..200 {
+                let _ = lb_testbed::http::raw(target, b"GARBAGE\r\n\r\n").await;
+            }
+            let counted = metric(&lb, "lbd_l7_malformed_requests_total");
+            // More connections than lbd has descriptors: its accepts fail.
+            let mut silent = Vec::new();
+            for _ in 0..2 * FILES {
+                if let Ok(Ok(s)) = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    tokio::net::TcpStream::connect(target),
+                )
+                .await
+                {
+                    silent.push(s);
+                }
+            }
+            // Metrics scrapes while lbd has no descriptor to accept them with (they
+            // may go unanswered; what matters is what lbd does meanwhile).
+            let started = Instant::now();
+            while started.elapsed() < WINDOW {
+                let _ = metric(&lb, "lbd_l7_connections");
+            }
+            (counted, silent)
+        })
+    });
+    let log = lbd.log();
+    let accepts = accept_lines(&log) - before.0;
+    let malformed = malformed_lines(&log) - before.1;
+    eprintln!(
+        "200 malformed requests ({malformed_counted} counted): {malformed} log lines; then out of descriptors for {WINDOW:?}: {accepts} accept log lines"
+    );
+    assert!(
+        malformed_counted >= 200.0,
+        "the malformed requests reached lbd: {malformed_counted}"
+    );
+    assert!(
+        malformed <= 3,
+        "{malformed} malformed-request lines:\n{}",
+        tail(&log)
+    );
+    // Each of the three accept loops (two proxy workers, metrics) may log once a second.
+    let most = 3 * (WINDOW.as_secs() as usize + 3);
+    assert!(
+        accepts <= most,
+        "{accepts} accept lines in {WINDOW:?}:\n{}",
+        tail(&log)
+    );
+    drop(silent);
+    // With the connections gone, lbd serves again (once health checks, which also
+    // ran out of descriptors, have passed again).
+    let url = format!("http://{VIP}/");
+    wait_until("lbd answers again", Duration::from_secs(20), || {
+        let url = url.clone();
+        bed.topo.client.run(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                get(&client(false), &url)
+                    .await
+                    .is_ok_and(|a| a.status == 200)
+            })
+        })
+    });
+}
+
+/// The last 40 lines of a log.
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Awaits every future (no extra dependency for a join of many).
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+/// The metric `name` (without labels) from lbd's metrics in the namespace `ns` (NaN
+/// when the scrape fails), scraped from a thread that enters `ns`.
+fn metric(ns: &str, name: &str) -> f64 {
+    let prefix = format!("{name} ");
+    use std::io::{Read as _, Write as _};
+    let scrape = || -> Option<f64> {
+        let file = std::fs::File::open(format!("/run/netns/{ns}")).ok()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::os::fd::AsRawFd as _;
+            // SAFETY: setns on an open namespace fd affects only this thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return;
+            }
+            let body = (|| {
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", 9470)).ok()?;
+                s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    .ok()?;
+                let mut raw = String::new();
+                s.read_to_string(&mut raw).ok()?;
+                Some(raw)
+            })();
+            let _ = tx.send(body);
+        });
+        let raw = rx.recv().ok()??;
+        raw.lines().find_map(|l| {
+            l.strip_prefix(prefix.as_str())
+                .and_then(|v| v.trim().parse().ok())
+        })
+    };
+    scrape().unwrap_or(f64::NAN)
 }

@@ -19,6 +19,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{API_VERSION, ApiError, Envelope};
+use crate::l7::throttle::AcceptBackoff;
 
 /// What a client asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,10 +196,16 @@ pub fn serve_unix(path: &Path, queries: Queries) -> std::io::Result<AdminSocket>
     };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     tokio::spawn(async move {
+        // A failed accept (no file descriptor left) backs off: the connection still in
+        // the backlog would make the loop spin and log without end.
+        let mut backoff = AcceptBackoff::default();
         loop {
             match listener.accept().await {
-                Ok((stream, _)) => serve_connection(stream, queries.clone(), false),
-                Err(e) => log::warn!("admin socket accept: {e}"),
+                Ok((stream, _)) => {
+                    backoff.reset();
+                    serve_connection(stream, queries.clone(), false);
+                }
+                Err(e) => tokio::time::sleep(backoff.failed("admin socket", &e)).await,
             }
         }
     });
@@ -213,10 +220,14 @@ pub async fn serve_metrics(addr: SocketAddr, queries: Queries) -> std::io::Resul
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::default();
         loop {
             match listener.accept().await {
-                Ok((stream, _)) => serve_connection(stream, queries.clone(), true),
-                Err(e) => log::warn!("metrics accept: {e}"),
+                Ok((stream, _)) => {
+                    backoff.reset();
+                    serve_connection(stream, queries.clone(), true);
+                }
+                Err(e) => tokio::time::sleep(backoff.failed("metrics", &e)).await,
             }
         }
     });

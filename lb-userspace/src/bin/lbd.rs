@@ -13,7 +13,7 @@ use lb_userspace::{
     config,
     dataplane::natsweep::{SWEEP_INTERVAL, SweeperThread},
     filestamp::FileStamp,
-    l7::node::L7Node,
+    l7::{handover, node::L7Node},
 };
 
 /// Load-balancer node agent: steers VIP traffic to backends with XDP.
@@ -59,6 +59,24 @@ fn run(args: Args) -> anyhow::Result<()> {
         println!("removed the data plane of {}", args.config.display());
         return Ok(());
     }
+    let handover_path = handover::socket_path(&config.node.state_dir);
+    // A running lbd for this node hands over its l7 sockets and stops its control
+    // plane before this one touches the data plane.
+    let mut predecessor = match handover::take_over(&handover_path) {
+        Ok(Some(p)) => {
+            log::info!(
+                "taking over from the running lbd: {} l7 sockets",
+                p.listeners.len()
+            );
+            Some(p)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            log::error!("{e}; starting afresh");
+            None
+        }
+    };
+    lb_userspace::l7::nofile::raise_for(&config);
     let mut agent = Agent::start(config).context("starting the data plane")?;
     let node = agent.config().node.clone();
     log::info!(
@@ -67,24 +85,46 @@ fn run(args: Args) -> anyhow::Result<()> {
         node.xdp_mode,
         agent.config().services.len()
     );
-    let mut l7 = L7Node::default();
     // Ports of ended nat flows are released on a thread of its own.
     let sweeper = SweeperThread::spawn(agent.dataplane().maps(), SWEEP_INTERVAL)
         .map_err(|e| log::warn!("nat sweeper not started: {e}"))
         .ok();
     let sweep_stats = sweeper.as_ref().map(SweeperThread::stats);
-    let stop = run_until_shutdown(
-        &mut agent,
-        &mut l7,
-        &args.config,
-        Instant::now(),
-        sweep_stats,
-    )?;
+    let mut l7 = L7Node::with_listeners(
+        predecessor
+            .as_mut()
+            .map(|p| std::mem::take(&mut p.listeners))
+            .unwrap_or_default(),
+    );
+    let started = Instant::now();
+    let stop = loop {
+        let paths = Paths {
+            config: &args.config,
+            handover: &handover_path,
+        };
+        let sweep = sweep_stats.clone();
+        match run_until_shutdown(&mut agent, &mut l7, paths, started, &mut predecessor, sweep)? {
+            Stop::HandOver(successor) => {
+                log::info!("handing the l7 sockets over to the next lbd");
+                match successor.hand_over(&l7.listeners()) {
+                    Ok(()) => break Stop::HandOver(()),
+                    // Its proxy never stopped: carry on as before.
+                    Err(e) => log::error!("handover failed ({e}); resuming"),
+                }
+            }
+            Stop::LeaveRunning => break Stop::LeaveRunning,
+            Stop::TearDown => break Stop::TearDown,
+        }
+    };
     drop(sweeper);
     // HTTP requests in flight finish before the process goes.
     l7.shutdown();
     log_counters(&agent);
     match stop {
+        Stop::HandOver(()) => {
+            log::info!("handed over to the next lbd");
+            agent.leave_running().context("stopping")?;
+        }
         Stop::LeaveRunning => agent.leave_running().context("stopping")?,
         Stop::TearDown => {
             log::info!("shutting down: detaching from {}", node.interface);
@@ -92,6 +132,13 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The files lbd watches and serves on.
+#[derive(Clone, Copy)]
+struct Paths<'a> {
+    config: &'a std::path::Path,
+    handover: &'a std::path::Path,
 }
 
 /// Logs the non-zero data-plane counters, one `name=value` pair each.
@@ -111,12 +158,15 @@ fn log_counters(agent: &Agent) {
 }
 
 /// How lbd was asked to stop.
-enum Stop {
+enum Stop<S = handover::Successor> {
     /// SIGTERM, as a service manager sends for a stop or restart: the pinned data plane
     /// keeps forwarding until the next lbd adopts it.
     LeaveRunning,
     /// SIGINT (Ctrl-C): detach and remove everything.
     TearDown,
+    /// The next lbd asked for the l7 sockets (a zero-downtime restart); `()` once
+    /// they are handed over.
+    HandOver(S),
 }
 
 /// Serves signals until SIGINT or SIGTERM: SIGHUP — or an edit of the config file,
@@ -126,10 +176,12 @@ enum Stop {
 fn run_until_shutdown(
     agent: &mut Agent,
     l7: &mut L7Node,
-    path: &std::path::Path,
+    paths: Paths<'_>,
     started: Instant,
+    predecessor: &mut Option<handover::Predecessor>,
     nat_sweep: Option<std::sync::Arc<lb_userspace::dataplane::natsweep::SweepStats>>,
 ) -> anyhow::Result<Stop> {
+    let path = paths.config;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -156,6 +208,17 @@ fn run_until_shutdown(
         let (queries, mut asked) = tokio::sync::mpsc::channel(64);
         let (counted_tx, mut counted_rx) = tokio::sync::mpsc::unbounded_channel();
         let _socket = serve_admin(agent, queries).await;
+        let (successors, mut successor) = tokio::sync::mpsc::channel(1);
+        let _handover = match handover::serve(paths.handover, successors) {
+            Ok(socket) => Some(socket),
+            Err(e) => {
+                log::error!(
+                    "handover socket {}: {e}; a restart cannot take over the l7 sockets",
+                    paths.handover.display()
+                );
+                None
+            }
+        };
         let (etcd_tx, mut etcd_rx) = tokio::sync::mpsc::unbounded_channel();
         if let Some(settings) = agent.config().node.etcd.clone() {
             log::info!("watching etcd {} under {}", settings.endpoints.join(","), settings.prefix);
@@ -166,7 +229,14 @@ fn run_until_shutdown(
         loop {
             // After whatever changed the agent's state: the l7 proxy follows it.
             l7.sync(agent.config(), agent.applied());
+            // Serving now: the lbd that handed over its sockets may stop accepting.
+            if let Some(p) = predecessor.take()
+                && let Err(e) = p.serving()
+            {
+                log::warn!("telling the previous lbd that this one serves: {e}");
+            }
             tokio::select! {
+                Some(next) = successor.recv() => return Ok(Stop::HandOver(next)),
                 _ = term.recv() => return Ok(Stop::LeaveRunning),
                 _ = int.recv() => return Ok(Stop::TearDown),
                 _ = hup.recv() => {

@@ -366,6 +366,7 @@ interface = "eth0"
 [node.l7]
 retries = 1
 idle_timeout = "5s"
+trusted_proxies = ["198.18.0.0/24", "2001:db8::1"]
 
 [node.access_log]
 format = "json"
@@ -414,6 +415,22 @@ fn l7_services_routes_and_proxy_settings() {
     assert!(e.contains("node.l7.idle_timeout"), "{e}");
     let e = err(&L7.replace("routes = '''", "routes_file = \"x.eskip\"\nroutes = '''"));
     assert!(e.contains("use either routes or routes_file"), "{e}");
+    let limits = cfg.node.l7.limits().expect("valid");
+    assert!(
+        limits
+            .trusted_proxies
+            .trusts("198.18.0.7".parse().expect("ip"))
+    );
+    assert!(
+        !limits
+            .trusted_proxies
+            .trusts("198.18.1.7".parse().expect("ip"))
+    );
+    let e = err(&L7.replace("\"198.18.0.0/24\"", "\"198.18.0.0/40\""));
+    assert!(
+        e.contains("node.l7.trusted_proxies") && e.contains("\"198.18.0.0/40\" is not an address"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -11,7 +11,10 @@
 pub mod accesslog;
 pub mod balance;
 pub mod eskip;
+pub mod handover;
 pub mod node;
+pub mod nofile;
 pub mod proxy;
 pub mod routes;
 pub mod stats;
+pub mod throttle;

@@ -20,6 +20,8 @@ use crate::{
 #[derive(Debug, Default)]
 pub struct L7Node {
     proxy: Option<Proxy>,
+    /// Listening sockets handed over by the previous lbd, until the first sync.
+    inherited: Vec<std::net::TcpListener>,
     files: HashMap<String, (FileStamp, Option<Arc<str>>)>,
     applied: Vec<ServiceInput>,
     /// Each route source's state: `None` when its latest text compiled, else why not.
@@ -27,15 +29,35 @@ pub struct L7Node {
 }
 
 impl L7Node {
+    /// A node that serves `listeners` (handed over by the previous lbd, see
+    /// [`super::handover`]) for the services that listen on their addresses.
+    pub fn with_listeners(listeners: Vec<std::net::TcpListener>) -> Self {
+        Self {
+            inherited: listeners,
+            ..Self::default()
+        }
+    }
+
+    /// The proxy's listening sockets, to hand over to the next lbd.
+    pub fn listeners(&self) -> Vec<&std::net::TcpListener> {
+        self.proxy
+            .as_ref()
+            .map(Proxy::listeners)
+            .unwrap_or_default()
+    }
+
     /// Brings the proxy in line with the config's `l7` services and the weights last
     /// programmed (`applied`: health and fade-in included).
     pub fn sync(&mut self, config: &ValidConfig, applied: &[ServiceSpec]) {
         let inputs = self.inputs(config, applied);
         if inputs == self.applied {
+            // Handed-over sockets no service wants close after the first sync.
+            self.inherited.clear();
             return;
         }
         if self.proxy.is_none() {
             if inputs.is_empty() {
+                self.inherited.clear();
                 return;
             }
             match start(config) {
@@ -47,6 +69,7 @@ impl L7Node {
             }
         }
         let Some(proxy) = &mut self.proxy else { return };
+        proxy.adopt(std::mem::take(&mut self.inherited));
         let errors = proxy.apply(&inputs);
         for e in &errors {
             log::error!("l7: {e}");

@@ -51,6 +51,8 @@ pub struct L7Snapshot {
     pub malformed_requests: u64,
     /// Connections closed after `idle_timeout`.
     pub idle_closed: u64,
+    /// Connections without a request head closed to make room for a new one.
+    pub connections_evicted: u64,
     /// Access-log lines written.
     pub access_log_lines: u64,
     /// Each route source (file, or a service's inline routes): `None` when its text
@@ -102,6 +104,7 @@ impl Proxy {
             connections_refused: refused,
             malformed_requests: malformed,
             idle_closed: idle,
+            connections_evicted: self.evicted(),
             access_log_lines: self.access_log_lines(),
             // The proxy does not know where texts came from; lbd's L7Node fills this.
             routes: Vec::new(),

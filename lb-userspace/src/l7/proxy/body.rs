@@ -6,7 +6,10 @@
 use std::{
     net::IpAddr,
     pin::Pin,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     task::{Context, Poll},
     time::{Instant, SystemTime},
 };
@@ -28,8 +31,15 @@ use crate::l7::{
 pub enum UpBody {
     /// No body.
     Empty,
-    /// The client's body, streamed.
-    Client(Incoming),
+    /// The client's body, streamed; `failed` is set when reading it failed (bad
+    /// chunked framing, a client gone), so the proxy answers 400 rather than blaming
+    /// the backend.
+    Client {
+        /// The body.
+        body: Incoming,
+        /// Set on a read error.
+        failed: Arc<AtomicBool>,
+    },
 }
 
 impl Body for UpBody {
@@ -42,21 +52,27 @@ impl Body for UpBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             UpBody::Empty => Poll::Ready(None),
-            UpBody::Client(b) => Pin::new(b).poll_frame(cx),
+            UpBody::Client { body, failed } => {
+                let polled = Pin::new(body).poll_frame(cx);
+                if let Poll::Ready(Some(Err(_))) = &polled {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                polled
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             UpBody::Empty => true,
-            UpBody::Client(b) => b.is_end_stream(),
+            UpBody::Client { body, .. } => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             UpBody::Empty => SizeHint::with_exact(0),
-            UpBody::Client(b) => b.size_hint(),
+            UpBody::Client { body, .. } => body.size_hint(),
         }
     }
 }

@@ -17,7 +17,8 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Removes hop-by-hop headers and those the Connection header names; `Upgrade` too
-/// (the proxy does not tunnel protocol upgrades).
+/// (the proxy does not tunnel protocol upgrades). The Host is never removed, whatever
+/// Connection lists: it is what routes matched, and the backend must see the same.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Names listed in Connection are removed first, while it is still there.
     let listed: Vec<HeaderName> = headers
@@ -26,6 +27,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .filter(|n| *n != header::HOST)
         .collect();
     for name in listed {
         headers.remove(name);
@@ -86,6 +88,17 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn connection_cannot_remove_the_host() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Host, x-a"));
+        h.insert(header::HOST, HeaderValue::from_static("public.example"));
+        h.insert("x-a", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[header::HOST], "public.example");
     }
 
     #[test]

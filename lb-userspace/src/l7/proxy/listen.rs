@@ -1,12 +1,29 @@
 //! Listening on a VIP and serving its connections: the connection limit, HTTP/1.1 and
 //! h2c on the same port, head size/count limits and timeouts (hyper answers 431, 414
 //! or 400 itself), idle connections closed, graceful shutdown on request.
+//!
+//! Timeouts a connection lives by:
+//! - its first request head must be complete within `header_timeout` of the accept,
+//!   whether it sent a byte or not (hyper's own timer starts only once it knows the
+//!   protocol, i.e. after the first bytes, and HTTP/2 has none);
+//! - later HTTP/1 heads get hyper's `header_timeout`, which hyper counts from the end
+//!   of the previous response, so an idle HTTP/1 connection closes after the shorter
+//!   of `header_timeout` and `idle_timeout`;
+//! - between requests, `idle_timeout`;
+//! - when the proxy is full, the oldest connection still without a head is closed to
+//!   make room ([`super::pending`]).
+//!
+//! Draining (the service went away, or lbd stops or hands over): an HTTP/2 connection
+//! gets GOAWAY at once and ends when its streams have; an HTTP/1 one ends only between
+//! requests — the response in flight says `Connection: close`, and a connection idle
+//! for [`DRAIN_IDLE`] is closed (one idle only for a moment likely has the client's
+//! next request on its way, and closing it then would fail that request).
 
 use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -17,30 +34,65 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, sync::watch};
 
-use super::{Shared, handler::ServiceState};
+use super::{
+    Shared,
+    handler::ServiceState,
+    pending::{Pending, Ticket},
+};
+use crate::l7::throttle::{AcceptBackoff, Throttle};
+
+/// How long an HTTP/1 connection must have been idle before a drain closes it.
+pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
 
 /// Requests running on one connection and when the last one ended, for the idle
-/// timeout (a connection with a request in flight is never idle).
+/// timeout (a connection with a request in flight is never idle); whether it drains.
 #[derive(Debug)]
 pub struct Activity {
     active: AtomicU32,
     /// Milliseconds since `epoch` at the last request end.
     last: AtomicU64,
     epoch: Instant,
+    /// A request head has been complete (the connection left [`Pending`]).
+    seen: AtomicBool,
+    /// The connection speaks HTTP/2.
+    h2: AtomicBool,
+    draining: AtomicBool,
+    pending: Option<(Arc<Shared>, Ticket)>,
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(pending: Option<(Arc<Shared>, Ticket)>) -> Self {
         Self {
             active: AtomicU32::new(0),
             last: AtomicU64::new(0),
             epoch: Instant::now(),
+            seen: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            pending,
         }
     }
 
-    /// A request started.
-    pub fn request_started(&self) {
+    /// A request (of `version`) started: its head is complete.
+    pub fn request_started(&self, version: http::Version) {
         self.active.fetch_add(1, Ordering::Relaxed);
+        if !self.seen.swap(true, Ordering::AcqRel) {
+            if let Some((shared, ticket)) = &self.pending {
+                shared.connections.pending.leave(ticket);
+            }
+            if version == http::Version::HTTP_2 {
+                self.h2.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the connection drains: responses then close HTTP/1 connections.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    fn seen_request(&self) -> bool {
+        self.seen.load(Ordering::Acquire)
     }
 
     /// A request's response ended (or was abandoned).
@@ -91,6 +143,8 @@ pub struct Connections {
     pub refused: AtomicU64,
     pub malformed: AtomicU64,
     pub idle_closed: AtomicU64,
+    /// Connections without a complete request head yet.
+    pub(crate) pending: Pending,
 }
 
 /// What ends serving: the service going away, or the whole proxy draining.
@@ -128,22 +182,37 @@ pub async fn accept_loop(
     shared: Arc<Shared>,
     mut stops: Stops,
 ) {
+    let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = stops.wait() => return,
         };
         let (stream, peer) = match accepted {
-            Ok(a) => a,
+            Ok(a) => {
+                backoff.reset();
+                a
+            }
             Err(e) => {
-                // EMFILE and friends: back off briefly instead of spinning.
-                log::warn!("{}: accept: {e}", service.name);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+                // Out of file descriptors: a connection still without a request gives
+                // one back. Either way the loop waits before the next try: the
+                // connection in the backlog would wake it again at once.
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                    shared.connections.pending.evict_oldest();
+                }
+                let wait = backoff.failed(&format!("l7 service {}", service.name), &e);
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => continue,
+                    () = stops.wait() => return,
+                }
             }
         };
         let conns = &shared.connections;
-        if conns.open.fetch_add(1, Ordering::AcqRel) >= shared.limits.max_connections {
+        if conns.open.fetch_add(1, Ordering::AcqRel) >= shared.limits.max_connections
+            && !conns.pending.evict_oldest()
+        {
+            // Full, and every connection has sent a request: refuse this one. (With a
+            // connection evicted, the count stays over the cap until it has closed.)
             conns.open.fetch_sub(1, Ordering::AcqRel);
             conns.refused.fetch_add(1, Ordering::Relaxed);
             drop(stream);
@@ -167,8 +236,10 @@ async fn serve(
     shared: Arc<Shared>,
     mut stops: Stops,
 ) {
-    let limits = shared.limits;
-    let activity = Arc::new(Activity::new());
+    let limits = &shared.limits;
+    let ticket = shared.connections.pending.enter();
+    let evict = Arc::clone(&ticket.evict);
+    let activity = Arc::new(Activity::new(Some((Arc::clone(&shared), ticket))));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -188,34 +259,65 @@ async fn serve(
             async move { Ok::<_, std::convert::Infallible>(service.handle(req, peer, activity).await) }
         })
     };
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    // With upgrades: a CONNECT a route allows becomes a tunnel.
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
     tokio::pin!(conn);
-    let mut stopping = stops.now();
-    if stopping {
-        conn.as_mut().graceful_shutdown();
-    }
-    let mut idle_check = tokio::time::interval(
-        limits
-            .idle_timeout
-            .min(Duration::from_secs(1))
-            .max(Duration::from_millis(50)),
-    );
+    // The first head's deadline, counted from the accept.
+    let first_head = tokio::time::sleep(limits.header_timeout);
+    tokio::pin!(first_head);
+    // Re-armed to when the connection would have been idle long enough.
+    let idle = tokio::time::sleep(limits.idle_timeout);
+    tokio::pin!(idle);
+    let mut draining = false;
+    let mut shut = false;
+    let mut headless = true;
     let result = loop {
+        // The conditions are read when a round of waiting starts; a head may complete
+        // during it, so the branches look again before they close anything.
         tokio::select! {
             r = conn.as_mut() => break r,
-            () = stops.wait(), if !stopping => {
-                stopping = true;
-                conn.as_mut().graceful_shutdown();
+            () = &mut first_head, if headless => {
+                headless = false;
+                if !activity.seen_request() {
+                    // Closed without an answer, as nginx does: there is no request to
+                    // answer.
+                    break Ok(());
+                }
             }
-            _ = idle_check.tick(), if !stopping => {
-                if activity.idle_for().is_some_and(|idle| idle >= limits.idle_timeout) {
-                    stopping = true;
-                    shared.connections.idle_closed.fetch_add(1, Ordering::Relaxed);
+            () = evict.notified(), if headless => {
+                if !activity.seen_request() {
+                    break Ok(());
+                }
+            }
+            () = stops.wait(), if !draining => {
+                draining = true;
+                activity.draining.store(true, Ordering::Relaxed);
+                if activity.h2.load(Ordering::Relaxed) {
+                    shut = true;
                     conn.as_mut().graceful_shutdown();
+                } else {
+                    idle.as_mut().reset(tokio::time::Instant::now());
+                }
+            }
+            () = &mut idle, if !shut => {
+                let limit = if draining { DRAIN_IDLE.min(limits.idle_timeout) } else { limits.idle_timeout };
+                match activity.idle_for() {
+                    Some(idle_for) if idle_for >= limit => {
+                        shut = true;
+                        if !draining {
+                            shared.connections.idle_closed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    Some(idle_for) => idle.as_mut().reset(tokio::time::Instant::now() + (limit - idle_for)),
+                    None => idle.as_mut().reset(tokio::time::Instant::now() + limit),
                 }
             }
         }
     };
+    if let Some((shared, ticket)) = &activity.pending {
+        shared.connections.pending.leave(ticket);
+    }
     if let Err(e) = result {
         note_error(&shared, peer, e.as_ref());
     }
@@ -228,7 +330,8 @@ fn note_error(shared: &Shared, peer: SocketAddr, e: &(dyn std::error::Error + 's
     if let Some(h) = e.downcast_ref::<hyper::Error>() {
         if h.is_parse() || h.is_parse_too_large() || h.is_parse_status() {
             shared.connections.malformed.fetch_add(1, Ordering::Relaxed);
-            log::warn!("{peer}: malformed request: {h}");
+            static MALFORMED: Throttle = Throttle::per_second();
+            MALFORMED.warn(format_args!("{peer}: malformed request: {h}"));
             return;
         }
         if h.is_timeout() {

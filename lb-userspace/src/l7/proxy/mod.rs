@@ -8,13 +8,19 @@
 //! listeners start and stop, route tables are swapped whole, endpoint sets are
 //! replaced in place — requests in flight keep the table and set they started with.
 
+mod apply;
 mod body;
+mod forward;
 mod handler;
 pub mod headers;
 mod listen;
+mod pending;
+mod request;
 mod settings;
 #[cfg(test)]
 mod tests;
+pub mod trust;
+mod tunnel;
 pub mod workers;
 
 use std::{
@@ -27,6 +33,8 @@ use std::{
     time::SystemTime,
 };
 
+pub use apply::ApplyError;
+use apply::{compile, update};
 use arc_swap::ArcSwap;
 pub use handler::ServiceState;
 use hyper_util::{
@@ -40,7 +48,6 @@ use tokio::sync::watch;
 use super::{
     accesslog::AccessLog,
     balance::{EndpointSpec, Registry},
-    routes::{Context, RouteTable, RoutesError},
 };
 
 /// What every service shares.
@@ -98,6 +105,9 @@ struct Running {
     stop: watch::Sender<bool>,
     /// The last route text that did not compile.
     rejected: Option<Arc<str>>,
+    /// A second descriptor of each listening socket, to hand them to the next lbd.
+    /// Dropped with the service, so a removed service's port closes.
+    listeners: Vec<std::net::TcpListener>,
 }
 
 /// The proxy.
@@ -107,6 +117,9 @@ pub struct Proxy {
     services: HashMap<String, Running>,
     /// Tells every connection to finish (graceful shutdown).
     drain: watch::Sender<bool>,
+    /// Listening sockets a previous lbd handed over, by address, until the first
+    /// [`Proxy::apply`] serves them (or closes those no service wants).
+    inherited: HashMap<SocketAddr, Vec<std::net::TcpListener>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -115,29 +128,6 @@ impl std::fmt::Debug for Proxy {
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
-}
-
-/// A service the proxy could not (fully) apply; it keeps what it had.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// Its routes did not compile; the previous routes stay.
-    #[error("{origin}: {source}; keeping the previous routes")]
-    Routes {
-        /// File or inline origin.
-        origin: String,
-        /// Why.
-        source: RoutesError,
-    },
-    /// Its VIP:port could not be bound.
-    #[error("service {service}: listening on {addr}: {source}")]
-    Listen {
-        /// Service.
-        service: String,
-        /// Address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
 }
 
 impl Proxy {
@@ -198,7 +188,28 @@ impl Proxy {
             shared,
             services: HashMap::new(),
             drain: watch::channel(false).0,
+            inherited: HashMap::new(),
         })
+    }
+
+    /// Serves `listeners` (sockets a previous lbd handed over) for the services of the
+    /// next [`Proxy::apply`] with their address, instead of binding new ones: clients
+    /// waiting in their backlogs are served, not refused.
+    pub fn adopt(&mut self, listeners: Vec<std::net::TcpListener>) {
+        for l in listeners {
+            match l.local_addr() {
+                Ok(addr) => self.inherited.entry(addr).or_default().push(l),
+                Err(e) => log::warn!("l7: a handed-over socket has no address ({e}); closing it"),
+            }
+        }
+    }
+
+    /// Every listening socket, to hand over to the next lbd.
+    pub fn listeners(&self) -> Vec<&std::net::TcpListener> {
+        self.services
+            .values()
+            .flat_map(|r| r.listeners.iter())
+            .collect()
     }
 
     /// Makes the running services match `inputs`. Each service is applied on its own:
@@ -242,11 +253,19 @@ impl Proxy {
             .flat_map(|i| i.endpoints.iter().map(|e| e.authority.as_str()))
             .collect();
         self.shared.registry.prune(&listed);
+        // Handed-over sockets no service took close now.
+        for (addr, unused) in self.inherited.drain() {
+            log::info!(
+                "l7: closing {} handed-over sockets on {addr}: no service listens there now",
+                unused.len()
+            );
+        }
         errors
     }
 
-    /// Compiles a new service's routes and listens on its VIP:port on every worker.
-    fn launch(&self, input: &ServiceInput, now: SystemTime) -> Result<Running, ApplyError> {
+    /// Compiles a new service's routes and listens on its VIP:port on every worker
+    /// (with the sockets handed over for it, if any).
+    fn launch(&mut self, input: &ServiceInput, now: SystemTime) -> Result<Running, ApplyError> {
         let Some(workers) = &self.workers else {
             return Err(ApplyError::Listen {
                 service: input.name.clone(),
@@ -260,17 +279,24 @@ impl Proxy {
                 source,
             }
         })?;
-        // One listener per worker, all bound before any is served.
-        let listeners = workers
-            .handles()
+        // At least one listener per worker, all bound before any is served. Handed-over
+        // sockets come first and are all served (closing one would reset the
+        // connections in its backlog); a worker may then serve more than one.
+        let listen_err = |source| ApplyError::Listen {
+            service: input.name.clone(),
+            addr: input.listen,
+            source,
+        };
+        let mut listeners = self.inherited.remove(&input.listen).unwrap_or_default();
+        let adopted = listeners.len();
+        while listeners.len() < workers.handles().len() {
+            listeners.push(bind(input.listen).map_err(listen_err)?);
+        }
+        let kept = listeners
             .iter()
-            .map(|_| bind(input.listen))
+            .map(std::net::TcpListener::try_clone)
             .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|source| ApplyError::Listen {
-                service: input.name.clone(),
-                addr: input.listen,
-                source,
-            })?;
+            .map_err(listen_err)?;
         let state = Arc::new(ServiceState {
             name: input.name.clone(),
             routes: ArcSwap::from_pointee(table),
@@ -278,7 +304,7 @@ impl Proxy {
             stats: ServiceStats::default(),
         });
         let (stop, _) = watch::channel(false);
-        for (handle, listener) in workers.handles().iter().zip(listeners) {
+        for (handle, listener) in workers.handles().iter().cycle().zip(listeners) {
             let (state, shared) = (Arc::clone(&state), Arc::clone(&self.shared));
             let stops = listen::Stops {
                 service: stop.subscribe(),
@@ -291,6 +317,13 @@ impl Proxy {
                 }
             });
         }
+        if adopted > 0 {
+            log::info!(
+                "l7 service {}: serving {adopted} handed-over sockets on http://{}",
+                input.name,
+                input.listen
+            );
+        }
         log::info!(
             "l7 service {}: listening on http://{}",
             input.name,
@@ -301,6 +334,7 @@ impl Proxy {
             state,
             stop,
             rejected: None,
+            listeners: kept,
         })
     }
 
@@ -336,6 +370,11 @@ impl Proxy {
         )
     }
 
+    /// Connections without a request head closed to make room for new ones.
+    pub fn evicted(&self) -> u64 {
+        self.shared.connections.pending.evicted()
+    }
+
     /// Stops accepting, lets requests in flight finish (up to the shutdown timeout),
     /// stops the workers and writes out the access log. Blocks the calling thread.
     pub fn shutdown(mut self) {
@@ -343,6 +382,12 @@ impl Proxy {
             return;
         };
         let _ = self.drain.send(true);
+        // The accept loops have let go of their sockets; without these copies too the
+        // ports close, and a client is refused at once rather than left waiting in a
+        // backlog nobody accepts from.
+        for r in self.services.values_mut() {
+            r.listeners.clear();
+        }
         let open = || self.shared.connections.open.load(Ordering::Acquire);
         let deadline = std::time::Instant::now() + self.shared.limits.shutdown_timeout;
         while open() > 0 && std::time::Instant::now() < deadline {
@@ -361,70 +406,5 @@ impl Proxy {
         {
             log::error!("writing the access log: {e}");
         }
-    }
-}
-
-/// Applies a running service's new input: routes recompiled when their text changed
-/// (and was not rejected before), endpoints replaced when they changed.
-fn update(
-    running: &mut Running,
-    input: &ServiceInput,
-    registry: &Registry,
-    now: SystemTime,
-) -> Result<(), ApplyError> {
-    if running.input == *input {
-        return Ok(());
-    }
-    let mut result = Ok(());
-    let routes_changed = running.input.routes != input.routes;
-    if routes_changed && running.rejected != input.routes {
-        let previous = running.state.routes.load_full();
-        match compile(input, registry, Some(&previous), now) {
-            Ok(table) => {
-                running.state.routes.store(Arc::new(table));
-                running.rejected = None;
-                log::info!(
-                    "l7 service {}: routes from {} loaded",
-                    input.name,
-                    input.routes_origin
-                );
-                running.input = input.clone();
-                return Ok(());
-            }
-            Err(source) => {
-                running.rejected.clone_from(&input.routes);
-                result = Err(ApplyError::Routes {
-                    origin: input.routes_origin.clone(),
-                    source,
-                });
-            }
-        }
-    }
-    if running.input.endpoints != input.endpoints {
-        running
-            .state
-            .routes
-            .load()
-            .set_service_endpoints(&input.endpoints, registry, now);
-        running.input.endpoints.clone_from(&input.endpoints);
-    }
-    result
-}
-
-fn compile(
-    input: &ServiceInput,
-    registry: &Registry,
-    previous: Option<&RouteTable>,
-    now: SystemTime,
-) -> Result<RouteTable, RoutesError> {
-    let cx = Context {
-        registry,
-        service_endpoints: &input.endpoints,
-        previous,
-        now,
-    };
-    match &input.routes {
-        Some(text) => RouteTable::parse(text, &cx),
-        None => Ok(RouteTable::service_default(&cx)),
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::trust::TrustedProxies;
 use crate::config::DurationText;
 
 /// Proxy settings; every field has a default.
@@ -31,6 +32,10 @@ pub struct L7Config {
     pub retries: usize,
     /// How long a shutdown waits for requests in flight (default 30 s).
     pub shutdown_timeout: DurationText,
+    /// Peers (addresses or CIDR blocks) whose X-Forwarded-For is believed for the
+    /// access log's client address and the consistent-hash key; from any other peer
+    /// the header is ignored (default: none, trust nobody).
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for L7Config {
@@ -46,12 +51,13 @@ impl Default for L7Config {
             connect_timeout: DurationText::Millis(2_000),
             retries: 2,
             shutdown_timeout: DurationText::Millis(30_000),
+            trusted_proxies: Vec::new(),
         }
     }
 }
 
-/// [`L7Config`] with its durations parsed.
-#[derive(Clone, Copy, Debug)]
+/// [`L7Config`] parsed.
+#[derive(Clone, Debug)]
 pub struct Limits {
     /// See [`L7Config::max_connections`].
     pub max_connections: usize,
@@ -71,13 +77,16 @@ pub struct Limits {
     pub retries: usize,
     /// See [`L7Config::shutdown_timeout`].
     pub shutdown_timeout: Duration,
+    /// See [`L7Config::trusted_proxies`].
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl L7Config {
     /// Checks and parses; `Err((field, problem))`.
     ///
     /// # Errors
-    /// A duration that does not parse or is zero, a limit out of range.
+    /// A duration that does not parse or is zero, a limit out of range, a trusted
+    /// proxy that is not an address block.
     pub fn limits(&self) -> Result<Limits, (String, String)> {
         let d = |name: &str, t: &DurationText| {
             let v = t.parse().map_err(|e| (format!("l7.{name}"), e))?;
@@ -108,6 +117,8 @@ impl L7Config {
             connect_timeout: d("connect_timeout", &self.connect_timeout)?,
             retries: self.retries,
             shutdown_timeout: d("shutdown_timeout", &self.shutdown_timeout)?,
+            trusted_proxies: TrustedProxies::parse(&self.trusted_proxies)
+                .map_err(|e| ("l7.trusted_proxies".to_owned(), e.to_string()))?,
         })
     }
 }

@@ -3,6 +3,9 @@
 //! regexps are errors with the route's id and position, so a route file either loads
 //! whole or not at all.
 //!
+//! Paths are matched in their routing form (decoded, dot segments resolved: see
+//! [`path`]), so no encoding of a path gets past a path predicate.
+//!
 //! Order: a path predicate selects first, most specific first (an exact `Path`, then
 //! patterns with `:params`, then `*` wildcards and `PathSubtree`s with longer literal
 //! prefixes first, then routes without a path); among equals, more predicates win and
@@ -11,6 +14,7 @@
 mod args;
 pub mod filter;
 pub mod key;
+pub mod path;
 pub mod predicate;
 pub mod query;
 #[cfg(test)]
@@ -102,10 +106,18 @@ pub struct Route {
 }
 
 impl Route {
-    /// Whether the request satisfies every predicate.
+    /// Whether the request satisfies every predicate; `req.path` is the routing form.
     pub fn matches(&self, req: &RequestView<'_>) -> bool {
         self.path.as_ref().is_none_or(|p| p.matches(req.path))
             && self.predicates.iter().all(|p| p.matches(req))
+    }
+
+    /// Whether a `Method` or `Methods` predicate names CONNECT: only such a route
+    /// tunnels; a CONNECT that reaches any other gets 405.
+    pub fn allows_connect(&self) -> bool {
+        self.predicates
+            .iter()
+            .any(|p| matches!(p, Predicate::Methods(m) if m.contains(&http::Method::CONNECT)))
     }
 }
 
@@ -171,8 +183,21 @@ impl RouteTable {
         Self::parse("default: * -> <roundRobin>;", cx).unwrap_or_default()
     }
 
-    /// The first route the request matches.
+    /// The first route the request matches. `req.path` is the path as the client sent
+    /// it; it is matched in its routing form ([`path::routing_path`]), and one with a
+    /// malformed escape matches nothing.
     pub fn find(&self, req: &RequestView<'_>) -> Option<&Route> {
+        let routed = path::routing_path(req.path).ok()?;
+        self.find_routed(&RequestView {
+            path: &routed,
+            ..*req
+        })
+    }
+
+    /// Like [`RouteTable::find`] for a request whose `path` is already the routing
+    /// form. Decoding is not idempotent (`%2569` → `%69` → `i`), so a decoded path must
+    /// never go through [`RouteTable::find`] again.
+    pub fn find_routed(&self, req: &RequestView<'_>) -> Option<&Route> {
         self.routes.iter().find(|r| r.matches(req))
     }
 

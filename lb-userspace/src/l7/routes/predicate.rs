@@ -135,7 +135,8 @@ pub enum Predicate {
 pub struct RequestView<'a> {
     /// Method.
     pub method: &'a http::Method,
-    /// Path without the query.
+    /// Path without the query: as sent for [`super::RouteTable::find`], the routing
+    /// form for [`super::RouteTable::find_routed`] and the predicates.
     pub path: &'a str,
     /// Host header or authority.
     pub host: &'a str,
