@@ -385,8 +385,9 @@ pub struct NatEntry {
     pub expires_ns: u64,
     /// The backend the flow was sent to.
     pub backend_id: u32,
-    /// Always zero.
-    pub _pad2: u32,
+    /// When the deadline was last set, in units of 2^30 ns (about a second): the data
+    /// plane refreshes it at most once a unit.
+    pub refreshed: u32,
 }
 const _: () = assert!(size_of::<NatEntry>() == 56);
 

@@ -84,27 +84,45 @@ unsafe fn write_mac(dst: *mut [u8; 6], mac: &[u8; 6]) {
 /// them on its own). DSR cannot change the address family: a backend of the other
 /// family has no route.
 #[inline(always)]
-pub fn to_backend(ctx: &XdpContext, pkt: &Packet, backend_id: u32, backend: &Backend) -> Verdict {
+pub fn to_backend(
+    ctx: &XdpContext,
+    pkt: &Packet,
+    backend_id: u32,
+    backend: &Backend,
+    now: u64,
+) -> Verdict {
     if (backend.flags & BACKEND_F_IPV6 != 0) != pkt.ipv6 {
         return Verdict::drop(Counter::DropNoRoute);
     }
-    via_fib(ctx, pkt, &backend.addr, Some(backend_id))
+    via_fib(ctx, pkt, &backend.addr, Some(backend_id), now)
 }
 
 /// Sends a (translated) reply towards `client`: the FIB picks the next hop; clients
 /// are too many to cache.
 #[inline(always)]
-pub fn to_client(ctx: &XdpContext, pkt: &Packet, client: &[u8; 16]) -> Verdict {
-    via_fib(ctx, pkt, client, None)
+pub fn to_client(ctx: &XdpContext, pkt: &Packet, client: &[u8; 16], now: u64) -> Verdict {
+    via_fib(ctx, pkt, client, None, now)
+}
+
+/// Now, on the clock of every deadline in the data plane (`CLOCK_MONOTONIC`,
+/// jiffy-coarse): read once per packet and passed down, a helper call saved per use.
+#[inline(always)]
+pub fn now() -> u64 {
+    // SAFETY: a helper without arguments.
+    unsafe { bpf_ktime_get_coarse_ns() }
 }
 
 /// Next hop for `dst` (from the per-backend cache when `cache_id` is given and the entry
-/// is fresh, else from the FIB), then MAC rewrite and transmit.
+/// is fresh, else from the FIB), then MAC rewrite and transmit. `now` is [`now`].
 #[inline(always)]
-fn via_fib(ctx: &XdpContext, pkt: &Packet, dst: &[u8; 16], cache_id: Option<u32>) -> Verdict {
+fn via_fib(
+    ctx: &XdpContext,
+    pkt: &Packet,
+    dst: &[u8; 16],
+    cache_id: Option<u32>,
+    now: u64,
+) -> Verdict {
     let ingress = ctx.ingress_ifindex() as u32;
-    // SAFETY: plain helper call.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
     let cache = cache_id.and_then(|id| NEXT_HOPS.get_ptr_mut(id));
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.

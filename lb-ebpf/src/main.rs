@@ -131,7 +131,8 @@ fn steer(ctx: &XdpContext) -> Verdict {
         Ok(choice) => choice,
         Err(why) => return no_choice(why),
     };
-    let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
+    let now = forward::now();
+    let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
     if pkt.kind == Kind::IcmpError {
         verdict = verdict.forwarded_as(Counter::TxIcmpError);
     }
@@ -203,7 +204,8 @@ fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
     if !icmp::nat_translate(ctx, &pkt, backend, &nat, nat_port_be) {
         return Verdict::drop(Counter::DropMalformed);
     }
-    forward::to_backend(ctx, &pkt, backend_id, backend).forwarded_as(Counter::TxIcmpError)
+    forward::to_backend(ctx, &pkt, backend_id, backend, forward::now())
+        .forwarded_as(Counter::TxIcmpError)
 }
 
 /// `nat` flows, reached by tail call from `lb_xdp` (which counted the packet in
@@ -222,10 +224,11 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
         Ok(_) => return Verdict::pass(Counter::PassNotVip),
         Err(verdict) => return verdict,
     };
+    let now = forward::now();
     let Some(vip) = lookup::vip(&pkt.key) else {
-        return nat_reply(ctx, &pkt);
+        return nat_reply(ctx, &pkt, now);
     };
-    let choice = match nat::flow(vip, &pkt) {
+    let choice = match nat::flow(vip, &pkt, now) {
         Ok(choice) => choice,
         Err(why) => return no_choice(why),
     };
@@ -235,7 +238,7 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
     if let Err(verdict) = nat::to_backend(ctx, &pkt, choice.backend, choice.nat_port_be) {
         return verdict;
     }
-    let verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend);
+    let verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
@@ -245,12 +248,12 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
 
 /// A packet to the NAT address: translate a reply back and send it to the client.
 #[inline(always)]
-fn nat_reply(ctx: &XdpContext, pkt: &parse::Packet) -> Verdict {
-    let entry = match nat::reply(ctx, pkt) {
+fn nat_reply(ctx: &XdpContext, pkt: &parse::Packet, now: u64) -> Verdict {
+    let entry = match nat::reply(ctx, pkt, now) {
         Ok(entry) => entry,
         Err(verdict) => return verdict,
     };
-    forward::to_client(ctx, pkt, &entry.client).forwarded_as(Counter::TxNatReply)
+    forward::to_client(ctx, pkt, &entry.client, now).forwarded_as(Counter::TxNatReply)
 }
 
 #[cfg(not(test))]

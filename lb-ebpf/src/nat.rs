@@ -21,7 +21,7 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_csum_diff, bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns},
+    helpers::{bpf_csum_diff, bpf_get_smp_processor_id},
     programs::XdpContext,
 };
 use lb_common::{
@@ -92,13 +92,6 @@ pub fn is_nat_addr(dst: &[u8; 16], ipv6: bool) -> bool {
         .is_some_and(|a| a == *dst)
 }
 
-/// Now, on the clock the entries' deadlines use (`CLOCK_MONOTONIC`, jiffy-coarse).
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: a helper without arguments.
-    unsafe { bpf_ktime_get_coarse_ns() }
-}
-
 /// How long `state` holds a port.
 #[inline(always)]
 fn timeout(cfg: &GlobalConfig, state: u8, protocol: u8) -> u64 {
@@ -116,6 +109,7 @@ fn enter(cfg: &GlobalConfig, r: *mut NatEntry, state: NatState, protocol: u8, no
     unsafe {
         (*r).state = state as u8;
         (*r).expires_ns = now.saturating_add(timeout(cfg, state as u8, protocol));
+        (*r).refreshed = (now >> SEEN_SHIFT) as u32;
     }
 }
 
@@ -127,7 +121,10 @@ fn refresh(cfg: &GlobalConfig, r: *mut NatEntry, protocol: u8, now: u64) {
     let state = unsafe { (*r).state };
     if state <= NatState::BackendFin as u8 {
         // SAFETY: as above.
-        unsafe { (*r).expires_ns = now.saturating_add(timeout(cfg, state, protocol)) };
+        unsafe {
+            (*r).expires_ns = now.saturating_add(timeout(cfg, state, protocol));
+            (*r).refreshed = (now >> SEEN_SHIFT) as u32;
+        }
     }
 }
 
@@ -188,24 +185,29 @@ fn set_reply_key(
     reason = "a key passed by value would be copied onto lb_nat's nearly full stack"
 )]
 #[inline(always)]
-pub fn flow(vip: &VipInfo, pkt: &Packet) -> Result<Choice, NoChoice> {
+pub fn flow(vip: &VipInfo, pkt: &Packet, now: u64) -> Result<Choice, NoChoice> {
     let key = &pkt.key;
-    let cfg = config().ok_or(NoChoice::NoBackend)?;
-    let nat = nat_addr(cfg, pkt.ipv6).ok_or(NoChoice::NoBackend)?;
-    let sc = NAT_SCRATCH.get_ptr_mut(0).ok_or(NoChoice::NoBackend)?;
-    let now = now_ns();
     if let Some(f) = NAT_FLOWS.get_ptr_mut(key) {
         // SAFETY: a valid pointer to the map value for this run.
         let entry = unsafe { *f };
         if let Some(backend) = valid(vip, &entry) {
+            let pinned = Choice {
+                backend_id: entry.backend_id,
+                backend,
+                new_flow: false,
+                nat_port_be: entry.nat_port_be,
+            };
+            // The common case: an established segment within the second since the
+            // last refresh touches nothing else.
+            if quiet(&entry, pkt, now) {
+                return Ok(pinned);
+            }
+            let cfg = config().ok_or(NoChoice::NoBackend)?;
+            let nat = nat_addr(cfg, pkt.ipv6).ok_or(NoChoice::NoBackend)?;
+            let sc = NAT_SCRATCH.get_ptr_mut(0).ok_or(NoChoice::NoBackend)?;
             set_reply_key(sc, backend, &nat, key, entry.nat_port_be);
             if track(cfg, f, &entry, sc, pkt, backend, now) {
-                return Ok(Choice {
-                    backend_id: entry.backend_id,
-                    backend,
-                    new_flow: false,
-                    nat_port_be: entry.nat_port_be,
-                });
+                return Ok(pinned);
             }
         }
         // Not its own any more (identity), or a SYN for a backend that takes no new
@@ -215,6 +217,9 @@ pub fn flow(vip: &VipInfo, pkt: &Packet) -> Result<Choice, NoChoice> {
     if !pkt.may_open() {
         return Err(NoChoice::NatNoFlow);
     }
+    let cfg = config().ok_or(NoChoice::NoBackend)?;
+    let nat = nat_addr(cfg, pkt.ipv6).ok_or(NoChoice::NoBackend)?;
+    let sc = NAT_SCRATCH.get_ptr_mut(0).ok_or(NoChoice::NoBackend)?;
     let backend_id = table_choice(vip, key).ok_or(NoChoice::NoBackend)?;
     let backend = BACKENDS.get(backend_id).ok_or(NoChoice::NoBackend)?;
     let nat_port_be = claim_port(cfg, sc, &nat, key, backend, backend_id, now)?;
@@ -231,6 +236,21 @@ pub fn flow(vip: &VipInfo, pkt: &Packet) -> Result<Choice, NoChoice> {
         new_flow: true,
         nat_port_be,
     })
+}
+
+/// Whether a client packet of an existing flow changes nothing: not TCP state that
+/// moves (promotion, FIN, RST, the closing phase, a SYN on a used 5-tuple), and the
+/// timeout was refreshed within the last second.
+#[inline(always)]
+fn quiet(entry: &FlowEntry, pkt: &Packet, now: u64) -> bool {
+    let flags = entry.flags;
+    let tcp_event = pkt.key.proto == proto::TCP
+        && flags & FLOW_F_DONE == 0
+        && (flags & FLOW_F_ESTABLISHED == 0
+            || pkt.tcp_flags & (tcp::FIN | tcp::RST) != 0
+            || flags & FLOW_F_CLIENT_FIN != 0);
+    let reused = pkt.is_syn() && flags != 0;
+    !tcp_event && !reused && entry.seen == (now >> SEEN_SHIFT) as u32
 }
 
 /// Tracks a client packet of an existing flow: promotion after the SYN, FIN, RST, the
@@ -258,13 +278,7 @@ fn track(
     let syn = pkt.is_syn();
     let fin = pkt.tcp_flags & tcp::FIN != 0;
     let rst = pkt.tcp_flags & tcp::RST != 0;
-    let tcp_event = protocol == proto::TCP
-        && flags & FLOW_F_DONE == 0
-        && (flags & FLOW_F_ESTABLISHED == 0 || fin || rst || flags & FLOW_F_CLIENT_FIN != 0);
     let reused = syn && flags != 0;
-    if !tcp_event && !reused && entry.seen == seen {
-        return true;
-    }
     // SAFETY: the scratch's reply key was set by the caller.
     let Some(r) = NAT.get_ptr_mut(unsafe { &(*sc).reply }) else {
         // The reply entry went (swept by userspace in the instant it expired, or never
@@ -365,7 +379,7 @@ fn fill_entry(cfg: &GlobalConfig, sc: *mut Scratch, key: &FlowKey, backend_id: u
             _pad: 0,
             expires_ns: now.saturating_add(timeout(cfg, state as u8, key.proto)),
             backend_id,
-            _pad2: 0,
+            refreshed: (now >> SEEN_SHIFT) as u32,
         };
     }
 }
@@ -503,13 +517,11 @@ pub fn to_backend(
     reason = "a key passed by value would be copied onto lb_nat's nearly full stack"
 )]
 #[inline(always)]
-pub fn reply(ctx: &XdpContext, pkt: &Packet) -> Result<&'static NatEntry, Verdict> {
+pub fn reply(ctx: &XdpContext, pkt: &Packet, now: u64) -> Result<&'static NatEntry, Verdict> {
     let Some(r) = NAT.get_ptr_mut(&pkt.key) else {
         return Err(Verdict::pass(Counter::PassNatUnknown));
     };
-    if let Some(cfg) = config() {
-        track_reply(cfg, r, pkt, now_ns());
-    }
+    track_reply(r, pkt, now);
     // SAFETY: a valid pointer to the map value for this run.
     let entry: &'static NatEntry = unsafe { &*r };
     let to = Rewrite {
@@ -528,10 +540,24 @@ pub fn reply(ctx: &XdpContext, pkt: &Packet) -> Result<&'static NatEntry, Verdic
 /// waits for the final ACK; before, it will hold TIME_WAIT), its RST, and a timeout
 /// refresh at most once a second.
 #[inline(always)]
-fn track_reply(cfg: &GlobalConfig, r: *mut NatEntry, pkt: &Packet, now: u64) {
+fn track_reply(r: *mut NatEntry, pkt: &Packet, now: u64) {
     let protocol = pkt.key.proto;
     // SAFETY: a valid pointer to the map value for this run.
-    let (state, expires) = unsafe { ((*r).state, (*r).expires_ns) };
+    let state = unsafe { (*r).state };
+    let events = pkt.tcp_flags & (tcp::FIN | tcp::RST) != 0;
+    let syn_sent = protocol == proto::TCP && state == NatState::SynSent as u8;
+    // Within the second since the last refresh nothing else is needed (and a SYN's
+    // deadline never moves for the backend, see below).
+    // SAFETY: as above.
+    let refreshed = unsafe { (*r).refreshed };
+    if !(protocol == proto::TCP && events && state < NatState::TimeWait as u8)
+        && (syn_sent || refreshed == (now >> SEEN_SHIFT) as u32)
+    {
+        return;
+    }
+    let Some(cfg) = config() else {
+        return;
+    };
     if protocol == proto::TCP && state < NatState::TimeWait as u8 {
         if pkt.tcp_flags & tcp::RST != 0 {
             // SAFETY: as above.
@@ -550,14 +576,10 @@ fn track_reply(cfg: &GlobalConfig, r: *mut NatEntry, pkt: &Packet, now: u64) {
     }
     // A backend retransmitting its SYN-ACK is no sign of life from the client (a
     // spoofed SYN gets exactly that): the SYN timeout runs from the client's SYN.
-    if protocol == proto::TCP && state == NatState::SynSent as u8 {
+    if syn_sent {
         return;
     }
-    // Refresh when more than a second of the timeout has run.
-    let full = timeout(cfg, state, protocol);
-    if expires.saturating_sub(now) < full.saturating_sub(1 << SEEN_SHIFT) {
-        refresh(cfg, r, protocol, now);
-    }
+    refresh(cfg, r, protocol, now);
 }
 
 /// The addresses and ports a packet is rewritten to. 8-byte aligned so the IPv4 part

@@ -203,7 +203,7 @@ impl Migration {
                     expires_ns
                 },
                 backend_id: flow.backend_id,
-                _pad2: 0,
+                refreshed: (now >> 30) as u32,
             };
             let (flows, nat) = maps.nat_maps();
             if nat.insert(reply, entry, u64::from(aya_noexist())).is_ok()
