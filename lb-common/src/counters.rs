@@ -52,8 +52,6 @@ pub enum Counter {
     DropNatNoFlow,
     /// Dropped: a new `nat` flow, but the NAT maps are full (`node.nat_entries`).
     DropNatTableFull,
-    /// Event: a SYN (or a UDP flow's first datagram) entered the embryonic table.
-    EmbryonicCreated,
     /// Event: a flow's second packet moved it from the embryonic to the established
     /// table.
     EmbryonicPromoted,
@@ -89,7 +87,7 @@ pub enum CounterKind {
 
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 27;
+    pub const COUNT: u32 = 26;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -113,7 +111,6 @@ impl Counter {
         Counter::DropMalformed,
         Counter::DropNatNoFlow,
         Counter::DropNatTableFull,
-        Counter::EmbryonicCreated,
         Counter::EmbryonicPromoted,
         Counter::NonSynMiss,
         Counter::IdentityMismatch,
@@ -145,7 +142,6 @@ impl Counter {
             Counter::DropMalformed => "drop_malformed",
             Counter::DropNatNoFlow => "drop_nat_no_flow",
             Counter::DropNatTableFull => "drop_nat_table_full",
-            Counter::EmbryonicCreated => "embryonic_created",
             Counter::EmbryonicPromoted => "embryonic_promoted",
             Counter::NonSynMiss => "non_syn_miss",
             Counter::IdentityMismatch => "identity_mismatch",
@@ -160,8 +156,7 @@ impl Counter {
     pub const fn kind(self) -> CounterKind {
         let (verdict, reason) = match self {
             Counter::Packets => return CounterKind::Packets,
-            Counter::EmbryonicCreated
-            | Counter::EmbryonicPromoted
+            Counter::EmbryonicPromoted
             | Counter::NonSynMiss
             | Counter::IdentityMismatch
             | Counter::NatReleasedFin

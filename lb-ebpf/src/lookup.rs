@@ -208,7 +208,8 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoCho
             nat_port_be: 0,
         });
     }
-    count(Counter::EmbryonicCreated);
+    // Counted as the service's new flow (its per-VIP counters), not again here: a
+    // per-CPU counter costs ~8 ns, a tenth of this path's own work.
     Ok(Choice {
         backend_id,
         backend,

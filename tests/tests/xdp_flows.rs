@@ -113,12 +113,7 @@ fn a_syn_is_half_open_until_its_ack_establishes_it() {
         let k = key(CLIENT_ADDR, 41000, DSR_PORT, TCP);
         let to = rig.expected_backend(&vip, &k);
         let syn = tcp(41000, DSR_PORT, SYN);
-        let out = rig.expect_events(
-            &syn.bytes,
-            action::TX,
-            Counter::Tx,
-            &[Counter::EmbryonicCreated],
-        );
+        let out = rig.expect_events(&syn.bytes, action::TX, Counter::Tx, &[]);
         assert_dsr_to(&out, &syn.bytes, to);
         assert!(entry(&rig, FlowTable::Embryonic, &k).is_some());
         assert!(entry(&rig, FlowTable::Established, &k).is_none());
@@ -156,11 +151,11 @@ fn a_syn_is_half_open_until_its_ack_establishes_it() {
         // A second UDP datagram establishes a UDP flow the same way.
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
         let dgram = Packet::udp4(eth, CLIENT_ADDR, 41001, VIP, DSR_PORT, b"q");
-        rig.expect_events(
-            &dgram.bytes,
-            action::TX,
-            Counter::Tx,
-            &[Counter::EmbryonicCreated],
+        let u = key(CLIENT_ADDR, 41001, DSR_PORT, UDP);
+        rig.expect_events(&dgram.bytes, action::TX, Counter::Tx, &[]);
+        assert!(
+            entry(&rig, FlowTable::Embryonic, &u).is_some(),
+            "one datagram: half-open"
         );
         rig.expect_events(
             &dgram.bytes,
@@ -169,8 +164,17 @@ fn a_syn_is_half_open_until_its_ack_establishes_it() {
             &[Counter::EmbryonicPromoted],
         );
         rig.expect_events(&dgram.bytes, action::TX, Counter::Tx, &[]);
-        let u = key(CLIENT_ADDR, 41001, DSR_PORT, UDP);
         assert!(entry(&rig, FlowTable::Established, &u).is_some());
+        let stats = rig
+            .dataplane
+            .maps()
+            .vip_stats(1)
+            .expect("udp service stats");
+        assert_eq!(
+            (stats.packets, stats.new_flows),
+            (3, 1),
+            "one new flow, three packets"
+        );
     });
 }
 
@@ -349,9 +353,14 @@ fn an_entry_of_an_earlier_owner_is_ignored() {
             &syn.bytes,
             action::TX,
             Counter::Tx,
-            &[Counter::IdentityMismatch, Counter::EmbryonicCreated],
+            &[Counter::IdentityMismatch],
         );
         assert_dsr_to(&out, &syn.bytes, table);
+        assert!(entry(&rig, FlowTable::Established, &k).is_none());
+        assert!(
+            entry(&rig, FlowTable::Embryonic, &k).is_some(),
+            "a new half-open flow"
+        );
     });
 }
 
@@ -384,15 +393,22 @@ fn a_syn_on_a_flow_of_a_draining_backend_chooses_again() {
         assert_dsr_to(&out, &data.bytes, first);
         // ...but a SYN on the same 5-tuple is a new connection: the table decides.
         let syn = tcp(sport, DSR_PORT, SYN);
-        let out = rig.expect_events(
-            &syn.bytes,
-            action::TX,
-            Counter::Tx,
-            &[Counter::EmbryonicCreated],
-        );
+        let out = rig.expect_events(&syn.bytes, action::TX, Counter::Tx, &[]);
         let now = rig.expected_backend(&vip, &key(CLIENT_ADDR, sport, DSR_PORT, TCP));
         assert_ne!(now, first);
         assert_dsr_to(&out, &syn.bytes, now);
+        let k = key(CLIENT_ADDR, sport, DSR_PORT, TCP);
+        assert!(
+            entry(&rig, FlowTable::Established, &k).is_none(),
+            "the old pin went"
+        );
+        let half = entry(&rig, FlowTable::Embryonic, &k).expect("half-open again");
+        let record = rig
+            .dataplane
+            .maps()
+            .backend(half.backend_id)
+            .expect("record");
+        assert_eq!(lb_userspace::dataplane::from_addr16(record.addr), now);
     });
 }
 

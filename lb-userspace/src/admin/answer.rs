@@ -130,7 +130,13 @@ fn flow_tables(
     let sweep = |f: fn(&crate::dataplane::natsweep::SweepStats) -> u64| {
         meta.nat_sweep.as_deref().map_or(0, f)
     };
-    let created = maps.counter(Counter::EmbryonicCreated)?;
+    // Every new dsr flow is half-open first; the data plane counts them per service.
+    let created: u64 = agent
+        .service_views()?
+        .iter()
+        .filter(|s| s.mode == "dsr")
+        .map(|s| s.new_flows)
+        .sum();
     let promoted = maps.counter(Counter::EmbryonicPromoted)?;
     Ok(super::FlowTablesStatus {
         conntrack: flows.conntrack,
@@ -142,6 +148,7 @@ fn flow_tables(
             timeout: maps.counter(Counter::NatReleasedTimeout)?
                 + sweep(|s| s.timeout.load(Relaxed)),
         },
+        embryonic_created: created,
         embryonic_evicted: created
             .saturating_sub(promoted)
             .saturating_sub(flows.embryonic.entries),

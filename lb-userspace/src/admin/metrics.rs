@@ -353,11 +353,6 @@ fn render_flow_tables(o: &mut String, s: &Snapshot<'_>) {
     };
     for (name, help, c) in [
         (
-            "lbd_conntrack_embryonic_created_total",
-            "Flows admitted as half-open by a SYN or a first UDP datagram.",
-            Counter::EmbryonicCreated,
-        ),
-        (
             "lbd_conntrack_promoted_total",
             "Half-open flows established by their second packet.",
             Counter::EmbryonicPromoted,
@@ -376,6 +371,18 @@ fn render_flow_tables(o: &mut String, s: &Snapshot<'_>) {
         family(o, name, "counter", help);
         sample(o, name, &[], event(c));
     }
+    family(
+        o,
+        "lbd_conntrack_embryonic_created_total",
+        "counter",
+        "Flows admitted as half-open by a SYN or a first UDP datagram (dsr new flows).",
+    );
+    sample(
+        o,
+        "lbd_conntrack_embryonic_created_total",
+        &[],
+        t.embryonic_created as f64,
+    );
     family(
         o,
         "lbd_conntrack_embryonic_evicted_total",

@@ -87,6 +87,8 @@ pub struct FlowTablesStatus {
     /// `nat` ports released since the data plane was loaded, by how their flow ended:
     /// `fin`, `rst`, `timeout` (taken over by the data plane, or swept by lbd).
     pub nat_released: NatReleased,
+    /// Half-open flows made: the new flows of `dsr` services (each starts half-open).
+    pub embryonic_created: u64,
     /// Half-open flows that left the embryonic table without being promoted (evicted
     /// by newer ones, or replaced by a retransmission that chose again), estimated as
     /// created − promoted − present.

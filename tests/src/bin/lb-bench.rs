@@ -242,29 +242,39 @@ fn median(v: &mut [f64]) -> f64 {
 fn main() -> ExitCode {
     let mut calls: u32 = 500_000;
     let mut trials: usize = 5;
+    let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let value = args.next().and_then(|v| v.parse().ok());
-        match (a.as_str(), value) {
+        let value = args.next();
+        let number = value.as_deref().and_then(|v| v.parse::<u64>().ok());
+        match (a.as_str(), number) {
             ("--calls", Some(n)) if n > 0 => calls = n as u32,
-            ("--trials", Some(n)) if n > 0 => trials = n,
+            ("--trials", Some(n)) if n > 0 => trials = n as usize,
+            ("--only", _) if value.is_some() => only = value,
             _ => {
-                eprintln!("usage: lb-bench [--calls N] [--trials N]");
+                eprintln!("usage: lb-bench [--calls N] [--trials N] [--only TEXT]");
+                eprintln!("  --only TEXT: the floor and the classes whose name contains TEXT");
                 return ExitCode::from(2);
             }
         }
     }
+    let classes: Vec<Class> = Class::ALL
+        .into_iter()
+        .filter(|c| *c == Class::Floor || only.as_deref().is_none_or(|t| c.name().contains(t)))
+        .collect();
     if !is_root() {
         eprintln!("lb-bench: needs root (BPF_PROG_TEST_RUN)");
         return ExitCode::FAILURE;
     }
     let host = FixtureHost::new();
+    let run_classes = classes.clone();
     let results = host.run(move || {
+        let classes = run_classes;
         pin_to_cpu(1);
         let mut rig = rig();
-        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); Class::ALL.len()];
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); classes.len()];
         for t in 0..trials {
-            for (c, class) in Class::ALL.iter().enumerate() {
+            for (c, class) in classes.iter().enumerate() {
                 // New flows get fresh maps every trial so each trial inserts into a
                 // conntrack table of the same size.
                 let mean = if *class == Class::NewFlowsV4 {
@@ -290,7 +300,7 @@ fn main() -> ExitCode {
         "{:<42} {:>9} {:>19} {:>8} {:>9}",
         "class", "median ns", "[min..max]", "x floor", "net ns"
     );
-    for (class, s) in Class::ALL.iter().zip(results) {
+    for (class, s) in classes.iter().zip(results) {
         let mut s = s;
         let med = median(&mut s);
         let (min, max) = (s[0], s[s.len() - 1]);

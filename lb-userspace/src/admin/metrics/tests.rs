@@ -48,6 +48,7 @@ fn status() -> Status {
                 rst: 3,
                 timeout: 8,
             },
+            embryonic_created: 40,
             embryonic_evicted: 13,
         },
     }
