@@ -1,4 +1,4 @@
-//! Fuzz target `config_toml`: see `lb_userspace::fuzzing::config_toml`.
+//! Fuzz target `config_toml`: see `lb_control::fuzzing::config_toml`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_userspace::fuzzing::config_toml(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_control::fuzzing::config_toml(data));

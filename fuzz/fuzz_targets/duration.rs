@@ -1,4 +1,4 @@
-//! Fuzz target `duration`: see `lb_userspace::fuzzing::duration`.
+//! Fuzz target `duration`: see `lb_control::fuzzing::duration`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_userspace::fuzzing::duration(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_control::fuzzing::duration(data));

@@ -1,4 +1,4 @@
-//! Fuzz target `endpointslice`: see `lb_userspace::fuzzing::endpointslice`.
+//! Fuzz target `endpointslice`: see `lb_control::fuzzing::endpointslice`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_userspace::fuzzing::endpointslice(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_control::fuzzing::endpointslice(data));

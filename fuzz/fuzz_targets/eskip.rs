@@ -1,4 +1,4 @@
-//! Fuzz target `eskip`: see `lb_userspace::fuzzing::eskip`.
+//! Fuzz target `eskip`: see `lb_control::fuzzing::eskip`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_userspace::fuzzing::eskip(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_control::fuzzing::eskip(data));

@@ -1,4 +1,4 @@
-//! Fuzz target `etcd_value`: see `lb_userspace::fuzzing::etcd_value`.
+//! Fuzz target `etcd_value`: see `lb_control::fuzzing::etcd_value`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_userspace::fuzzing::etcd_value(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_control::fuzzing::etcd_value(data));

@@ -1,4 +1,4 @@
-//! Fuzz target `key_template`: see `lb_userspace::fuzzing::key_template`.
+//! Fuzz target `key_template`: see `lb_control::fuzzing::key_template`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_userspace::fuzzing::key_template(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_control::fuzzing::key_template(data));

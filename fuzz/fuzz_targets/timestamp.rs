@@ -1,4 +1,4 @@
-//! Fuzz target `timestamp`: see `lb_userspace::fuzzing::timestamp`.
+//! Fuzz target `timestamp`: see `lb_control::fuzzing::timestamp`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_userspace::fuzzing::timestamp(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lb_control::fuzzing::timestamp(data));

@@ -1,20 +1,4 @@
-//! The control plane of the load balancer: configuration, programming the XDP data
-//! plane, and the agent loop. `lbd` and `lbctl` are thin binaries over this library.
+//! `lbd` and `lbctl` are thin binaries over the lb-* crates (see README's layout):
+//! [`node`] is the one piece of their own, where the agent meets the kernel.
 
-pub mod admin;
-pub mod agent;
-pub mod bpffs;
-pub mod cli;
-pub mod config;
-pub mod dataplane;
-pub mod explain;
-pub mod fade_state;
-pub mod fadein;
-pub mod filestamp;
-pub mod fuzzing;
-pub mod health;
-pub mod l7;
-pub mod maglev;
-pub mod sources;
-pub mod sysctl;
-pub mod units;
+pub mod node;

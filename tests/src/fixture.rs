@@ -12,10 +12,9 @@ use std::{
 
 use aya::{TestRun as _, TestRunOptions};
 use lb_common::{Counter, CounterKind, FlowKey, GlobalConfig, flow_hash};
-use lb_userspace::config::FlowTables;
-use lb_userspace::dataplane::{
-    MapOps as _, MapRead as _, Programmer, ServiceSpec, kernel::KernelDataplane,
-};
+use lb_dataplane::kernel::KernelDataplane;
+use lb_model::config::FlowTables;
+use lb_model::dataplane::{MapOps as _, MapRead as _, Programmer, ServiceSpec, Traffic as _};
 
 use crate::Netns;
 
@@ -191,7 +190,7 @@ impl XdpRig {
                 ..GlobalConfig::default()
             })
             .expect("set config");
-        let ifindex = lb_userspace::agent::ifindex("eth0").expect("eth0 in fixture netns");
+        let ifindex = lb_userspace::node::ifindex("eth0").expect("eth0 in fixture netns");
         Self {
             dataplane,
             programmer: Programmer::default(),
@@ -208,8 +207,8 @@ impl XdpRig {
                 hash_seed: self.seed,
                 nat_port_first: first,
                 nat_port_count: count,
-                nat_v4: lb_userspace::dataplane::addr16(NAT_ADDR.into()),
-                nat_v6: lb_userspace::dataplane::addr16(NAT_ADDR6.into()),
+                nat_v4: lb_model::dataplane::addr16(NAT_ADDR.into()),
+                nat_v6: lb_model::dataplane::addr16(NAT_ADDR6.into()),
                 ..GlobalConfig::default()
             })
             .expect("set config");

@@ -7,10 +7,8 @@ use std::{
     sync::Arc,
 };
 
-use lb_userspace::l7::{
-    accesslog::AccessLog,
-    balance::EndpointSpec,
-    proxy::{L7Config, Proxy, ServiceInput},
+use lb_l7::{
+    accesslog::AccessLog, balance::EndpointSpec, proxy::L7Config, proxy::Proxy, proxy::ServiceInput,
 };
 
 use crate::{Netns, http::EchoBackend, is_root};

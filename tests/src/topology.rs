@@ -189,8 +189,8 @@ impl PeerXdp {
     pub fn attach(ns: &Netns, interface: &str) -> Self {
         let interface = interface.to_owned();
         let ebpf = ns.run(move || {
-            let mut ebpf = aya::Ebpf::load(lb_userspace::dataplane::kernel::BPF_OBJECT)
-                .expect("load BPF object");
+            let mut ebpf =
+                aya::Ebpf::load(lb_dataplane::kernel::BPF_OBJECT).expect("load BPF object");
             let prog: &mut aya::programs::Xdp = ebpf
                 .program_mut(lb_common::maps::names::XDP_PASS_PROGRAM)
                 .expect("xdp_pass in object")

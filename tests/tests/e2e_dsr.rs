@@ -153,7 +153,10 @@ fn dsr_ipv6_native_mode_tcp_and_udp() {
 #[test]
 fn spread_is_even_and_every_flow_lands_where_the_model_says() {
     use lb_common::{FlowKey, GlobalConfig};
-    use lb_userspace::dataplane::{MapOps as _, Programmer, addr16, memory::MemoryDataplane};
+    use lb_model::{
+        dataplane::MapOps as _, dataplane::Programmer, dataplane::addr16,
+        dataplane::memory::MemoryDataplane,
+    };
 
     assert!(is_root(), "this test needs root (network namespaces, XDP)");
     const FLOWS: u16 = 1500;
@@ -168,8 +171,8 @@ fn spread_is_even_and_every_flow_lands_where_the_model_says() {
     let lbd = LbdProcess::start(&topo.lb, &text);
 
     // The model: the agent's own specs, programmed into the in-memory data plane.
-    let parsed = lb_userspace::config::parse(&text, "model").expect("config");
-    let specs = lb_userspace::agent::service_specs(&parsed);
+    let parsed = lb_model::config::parse(&text, "model", lb_l7::check_routes).expect("config");
+    let specs = lb_control::agent::service_specs(&parsed);
     let mut model = MemoryDataplane::default();
     model
         .set_config(GlobalConfig {

@@ -10,16 +10,14 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lb_dataplane::maps::MapSet;
+use lb_model::{explain::Flow, explain::Protocol, explain::explain};
 use lb_testbed::{
     LbdProcess, Netns, Topology, TopologyOptions,
     etcd::{EtcdServer, EtcdTls, plug_etcd_host},
     is_root,
     topology::{VIP, backend_addr, plug},
     traffic::{ServerKind, http_requests, serve_backends, udp_requests},
-};
-use lb_userspace::{
-    dataplane::maps::MapSet,
-    explain::{Flow, Protocol, explain},
 };
 use serde_json::Value;
 

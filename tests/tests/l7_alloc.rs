@@ -5,11 +5,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use lb_testbed::benchkit::{Counting, thread_allocs};
-use lb_userspace::{
-    fadein::FadeIn,
-    l7::balance::{Algorithm, Balancer, EndpointSet, EndpointSpec, Pick, Registry, rng},
+use lb_l7::{
+    balance::Algorithm, balance::Balancer, balance::EndpointSet, balance::EndpointSpec,
+    balance::Pick, balance::Registry, balance::rng,
 };
+use lb_model::fadein::FadeIn;
+use lb_testbed::benchkit::{Counting, thread_allocs};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;

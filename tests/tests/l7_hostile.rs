@@ -6,16 +6,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use lb_l7::{accesslog::AccessLog, accesslog::AccessLogConfig, proxy::L7Config};
 use lb_testbed::{
     http::{EchoBackend, client, client_from, fnv64, raw, send, send_streamed},
     l7::{
         backend_addr, client_addr, namespace, one_backend_proxy, proxy_with, runtime, service, url,
         vip,
     },
-};
-use lb_userspace::l7::{
-    accesslog::{AccessLog, AccessLogConfig},
-    proxy::L7Config,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -291,7 +288,7 @@ fn connect_gets_405_and_broken_chunked_framing_gets_400() {
 fn silent_connections_close_at_the_header_timeout_not_the_idle_timeout() {
     namespace().run(|| {
         let rt = runtime();
-        let ms = lb_userspace::config::DurationText::Millis;
+        let ms = lb_model::config::DurationText::Millis;
         let config = L7Config {
             header_timeout: ms(300),
             idle_timeout: ms(30_000),

@@ -4,16 +4,13 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
+use lb_l7::{accesslog::AccessLog, accesslog::AccessLogConfig, proxy::L7Config};
 use lb_testbed::{
     http::{EchoBackend, client, get, raw, send},
     l7::{
         VIP, backend_addr, endpoint, namespace, one_backend_proxy, proxy_with, runtime, service,
         url,
     },
-};
-use lb_userspace::l7::{
-    accesslog::{AccessLog, AccessLogConfig},
-    proxy::L7Config,
 };
 
 #[test]
@@ -281,7 +278,7 @@ fn bad_clients_get_4xx_and_idle_connections_close() {
         let rt = runtime();
         let config = L7Config {
             max_headers: 20,
-            idle_timeout: lb_userspace::config::DurationText::Millis(300),
+            idle_timeout: lb_model::config::DurationText::Millis(300),
             ..L7Config::default()
         };
         let (proxy, _backend) = one_backend_proxy(&rt, &config);
@@ -406,8 +403,7 @@ fn access_log_lines_and_graceful_shutdown_drains_requests() {
         2,
         "health checks are not logged; the slow request is:\n{text}"
     );
-    let token =
-        lb_userspace::l7::balance::rng::fnv(lb_userspace::l7::balance::rng::FNV_START, b"s3cret");
+    let token = lb_l7::balance::rng::fnv(lb_l7::balance::rng::FNV_START, b"s3cret");
     assert!(
         lines[0].starts_with(&format!("{VIP} - - [")),
         "{}",
@@ -438,7 +434,7 @@ fn access_log_lines_and_graceful_shutdown_drains_requests() {
 fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
     namespace().run(|| {
         let rt = runtime();
-        let ms = lb_userspace::config::DurationText::Millis;
+        let ms = lb_model::config::DurationText::Millis;
         let config = L7Config {
             request_timeout: ms(300),
             header_timeout: ms(300),

@@ -6,6 +6,11 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use lb_common::ForwardingMode;
+use lb_dataplane::maps::MapSet;
+use lb_model::{
+    dataplane::ServiceSpec, dataplane::vip_key, explain::Decision, explain::Flow,
+    explain::Protocol, explain::explain,
+};
 use lb_testbed::{
     fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6},
     is_root,
@@ -15,10 +20,6 @@ use lb_testbed::{
         flags::{ACK, SYN},
     },
     rng::Rng,
-};
-use lb_userspace::{
-    dataplane::{ServiceSpec, maps::MapSet, vip_key},
-    explain::{Decision, Flow, Protocol, explain},
 };
 
 const FLOWS: usize = 10_000;

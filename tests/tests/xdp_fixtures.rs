@@ -4,6 +4,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_common::{Counter, FlowKey, ForwardingMode, VipKey};
+use lb_model::{
+    dataplane::FlowTable, dataplane::MapRead as _, dataplane::ServiceSpec, dataplane::addr16,
+    dataplane::vip_key,
+};
 use lb_testbed::{
     fixture::{
         CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend, backend6, mac_of,
@@ -11,7 +15,6 @@ use lb_testbed::{
     is_root,
     packet::{Packet, TCP, UDP, flags},
 };
-use lb_userspace::dataplane::{FlowTable, MapRead as _, ServiceSpec, addr16, vip_key};
 
 const SEED: u32 = 0x5eed;
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);

@@ -7,6 +7,11 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use lb_common::{Counter, FlowEntry, FlowKey, ForwardingMode, NatState};
+use lb_dataplane::natsweep::NatSweeper;
+use lb_model::{
+    config::FlowTables, dataplane::FlowTable, dataplane::MapRead as _, dataplane::ServiceSpec,
+    dataplane::addr16, dataplane::vip_key,
+};
 use lb_testbed::{
     fixture::{
         CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, Outcome, XdpRig, action, backend,
@@ -18,10 +23,6 @@ use lb_testbed::{
         flags::{ACK, FIN, PSH, RST, SYN},
     },
     rng::Rng,
-};
-use lb_userspace::{
-    config::FlowTables,
-    dataplane::{FlowTable, MapRead as _, ServiceSpec, addr16, natsweep::NatSweeper, vip_key},
 };
 
 const SEED: u32 = 0x5eed;
@@ -408,7 +409,7 @@ fn a_syn_on_a_flow_of_a_draining_backend_chooses_again() {
             .maps()
             .backend(half.backend_id)
             .expect("record");
-        assert_eq!(lb_userspace::dataplane::from_addr16(record.addr), now);
+        assert_eq!(lb_model::dataplane::from_addr16(record.addr), now);
     });
 }
 
@@ -546,7 +547,7 @@ fn a_nat_port_held_in_time_wait_by_the_backend_is_not_reused() {
         );
         let (state, expires) = nat_state(&rig, &reply).expect("entry");
         assert_eq!(state, NatState::TimeWait);
-        let left = expires.saturating_sub(lb_userspace::dataplane::monotonic_ns());
+        let left = expires.saturating_sub(lb_model::dataplane::monotonic_ns());
         assert!(
             (50_000_000_000..=61_000_000_000).contains(&left),
             "{left} ns of TIME_WAIT"

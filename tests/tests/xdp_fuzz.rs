@@ -13,6 +13,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_common::ForwardingMode;
+use lb_model::{dataplane::ServiceSpec, dataplane::vip_key};
 use lb_testbed::{
     fixture::{
         CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, XdpRig, action, backend, backend6,
@@ -21,7 +22,6 @@ use lb_testbed::{
     packet::{Packet, TCP, UDP, checksum, flags},
     rng::Rng,
 };
-use lb_userspace::dataplane::{ServiceSpec, vip_key};
 
 const PACKETS: u64 = 1_000_000;
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);

@@ -11,13 +11,16 @@ use aya_obj::{
     maps::{LegacyMap, bpf_map_def},
 };
 use lb_common::{FlowEntry, FlowKey, ForwardingMode, maps::names};
+use lb_model::{
+    dataplane::FlowTable, dataplane::MapRead as _, dataplane::ServiceSpec, dataplane::addr16,
+    dataplane::vip_key,
+};
 use lb_testbed::{
     fixture::{CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, XdpRig, action, backend},
     is_root,
     lbd::{BpfFs, TempDir},
     packet::{Packet, TCP, flags::ACK},
 };
-use lb_userspace::dataplane::{FlowTable, MapRead as _, ServiceSpec, addr16, vip_key};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
 

@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_common::{Counter, ForwardingMode};
+use lb_model::{dataplane::ServiceSpec, dataplane::vip_key};
 use lb_testbed::{
     fixture::{
         CLIENT_ADDR, CLIENT_ADDR6, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, Outcome,
@@ -12,7 +13,6 @@ use lb_testbed::{
     is_root,
     packet::{Packet, TCP, UDP, checksum},
 };
-use lb_userspace::dataplane::{ServiceSpec, vip_key};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 1);

@@ -145,6 +145,16 @@ fn test(extra: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    // lb-dataplane without `object` is what lbctl and the pure crates build against.
+    cmd::cargo(&[
+        "clippy",
+        "--package",
+        "lb-dataplane",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     bpf_cargo("clippy", &[], &["--", "-D", "warnings"])?;
     // The integration tests run the real lbd binary.
     cmd::cargo(&["build", "--package", "lb-userspace", "--bins"])?;
@@ -212,7 +222,7 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
             cmd::cargo(&[
                 "bench",
                 "--package",
-                "lb-userspace",
+                "lb-l7",
                 "--bench",
                 "l7",
                 "--",

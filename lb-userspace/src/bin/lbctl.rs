@@ -1,5 +1,5 @@
 //! `lbctl`: inspect and explain what the node's load balancer does.
 
 fn main() -> std::process::ExitCode {
-    lb_userspace::cli::main()
+    lb_cli::main()
 }

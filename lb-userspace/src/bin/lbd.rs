@@ -4,17 +4,12 @@ use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
-use lb_userspace::{
-    admin::{
-        answer::{Meta, answer},
-        server,
-    },
-    agent::Agent,
-    config,
-    dataplane::natsweep::{SWEEP_INTERVAL, SweeperThread},
-    filestamp::FileStamp,
-    l7::{handover, node::L7Node},
-};
+use lb_admin::server;
+use lb_control::answer::{Meta, answer};
+use lb_dataplane::natsweep::{SWEEP_INTERVAL, SweeperThread};
+use lb_l7::{handover, node::L7Node};
+use lb_model::{config, dataplane::Traffic as _, filestamp::FileStamp};
+use lb_userspace::node::{self, NodeAgent as Agent};
 
 /// Load-balancer node agent: steers VIP traffic to backends with XDP.
 #[derive(Debug, Parser)]
@@ -45,7 +40,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let config = config::load(&args.config)?;
+    let config = config::load(&args.config, lb_l7::check_routes)?;
     if args.check_config {
         println!(
             "{}: ok ({} services)",
@@ -55,7 +50,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     if args.cleanup {
-        lb_userspace::agent::cleanup(&config).context("cleaning up")?;
+        node::cleanup(&config).context("cleaning up")?;
         println!("removed the data plane of {}", args.config.display());
         return Ok(());
     }
@@ -76,8 +71,8 @@ fn run(args: Args) -> anyhow::Result<()> {
             None
         }
     };
-    lb_userspace::l7::nofile::raise_for(&config);
-    let mut agent = Agent::start(config).context("starting the data plane")?;
+    lb_l7::nofile::raise_for(&config);
+    let mut agent = node::start(config).context("starting the data plane")?;
     let node = agent.config().node.clone();
     log::info!(
         "attached to {} ({:?} XDP), {} services",
@@ -123,12 +118,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     match stop {
         Stop::HandOver(()) => {
             log::info!("handed over to the next lbd");
-            agent.leave_running().context("stopping")?;
+            node::leave_running(agent).context("stopping")?;
         }
-        Stop::LeaveRunning => agent.leave_running().context("stopping")?,
+        Stop::LeaveRunning => node::leave_running(agent).context("stopping")?,
         Stop::TearDown => {
             log::info!("shutting down: detaching from {}", node.interface);
-            agent.shutdown().context("shutting down")?;
+            node::shutdown(agent).context("shutting down")?;
         }
     }
     Ok(())
@@ -143,7 +138,7 @@ struct Paths<'a> {
 
 /// Logs the non-zero data-plane counters, one `name=value` pair each.
 fn log_counters(agent: &Agent) {
-    match agent.counters() {
+    match agent.dataplane().counters() {
         Ok(counters) => {
             let line: Vec<String> = counters
                 .iter()
@@ -179,7 +174,7 @@ fn run_until_shutdown(
     paths: Paths<'_>,
     started: Instant,
     predecessor: &mut Option<handover::Predecessor>,
-    nat_sweep: Option<std::sync::Arc<lb_userspace::dataplane::natsweep::SweepStats>>,
+    nat_sweep: Option<std::sync::Arc<lb_model::dataplane::SweepStats>>,
 ) -> anyhow::Result<Stop> {
     let path = paths.config;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -194,7 +189,7 @@ fn run_until_shutdown(
         // Fade-in steps: at most once a second (a tick with nothing fading does nothing).
         let mut fade = tokio::time::interval(std::time::Duration::from_secs(1));
         let (reports, mut results) = tokio::sync::mpsc::unbounded_channel();
-        let mut prober = lb_userspace::health::Prober::default();
+        let mut prober = lb_control::health::Prober::default();
         prober.sync(agent.probe_targets(), &reports);
         let mut file = FileStamp::of(path);
         let mut meta = Meta {
@@ -222,7 +217,7 @@ fn run_until_shutdown(
         let (etcd_tx, mut etcd_rx) = tokio::sync::mpsc::unbounded_channel();
         if let Some(settings) = agent.config().node.etcd.clone() {
             log::info!("watching etcd {} under {}", settings.endpoints.join(","), settings.prefix);
-            tokio::spawn(lb_userspace::sources::etcd::run(settings, etcd_tx));
+            tokio::spawn(lb_control::sources::etcd::run(settings, etcd_tx));
         } else {
             drop(etcd_tx);
         }
@@ -355,7 +350,7 @@ async fn serve_admin(agent: &Agent, queries: server::Queries) -> Option<server::
 
 /// Reloads the config file; the error (also logged) if it was rejected or failed.
 fn reload(agent: &mut Agent, path: &std::path::Path) -> Result<(), String> {
-    let config = match config::load(path) {
+    let config = match config::load(path, lb_l7::check_routes) {
         Ok(config) => config,
         Err(err) => {
             log::error!("reload rejected, keeping the running config: {err}");

@@ -13,12 +13,12 @@ use std::{
 };
 
 use lb_common::ForwardingMode;
+use lb_model::{dataplane::FlowTable, dataplane::ServiceSpec, dataplane::vip_key};
 use lb_testbed::{
     fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6},
     is_root,
     packet::{Packet, TCP, flags},
 };
-use lb_userspace::dataplane::{FlowTable, ServiceSpec, vip_key};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -190,8 +190,8 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
     // call (outside the measured run), so each run takes the whole new-flow path with
     // warm caches. The many-flows class below shows the memory-bound case separately.
     let key = lb_common::FlowKey {
-        src: lb_userspace::dataplane::addr16(CLIENT.into()),
-        dst: lb_userspace::dataplane::addr16(VIP.into()),
+        src: lb_model::dataplane::addr16(CLIENT.into()),
+        dst: lb_model::dataplane::addr16(VIP.into()),
         src_port_be: 40000u16.to_be(),
         dst_port_be: 80u16.to_be(),
         proto: TCP,

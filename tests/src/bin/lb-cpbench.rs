@@ -23,16 +23,13 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use lb_userspace::{
-    agent::{HealthMap, specs_at, weights_moved},
-    config::{self, ValidConfig},
-    dataplane::{
-        ApplyReport, MapOps, Programmer, ServiceSpec, kernel::KernelDataplane,
-        memory::MemoryDataplane,
-    },
-    fade_state::FadeStarts,
-    maglev,
-    sources::slicedir::SliceDir,
+use lb_control::{
+    agent::HealthMap, agent::specs_at, agent::weights_moved, sources::slicedir::SliceDir,
+};
+use lb_dataplane::kernel::KernelDataplane;
+use lb_model::{
+    config, config::ValidConfig, dataplane::ApplyReport, dataplane::MapOps, dataplane::Programmer,
+    dataplane::ServiceSpec, dataplane::memory::MemoryDataplane, fade_state::FadeStarts, maglev,
 };
 
 use lb_testbed::{
@@ -113,8 +110,9 @@ fn cold_sync(
     now: SystemTime,
 ) -> (Synced, Vec<(&'static str, Cost)>) {
     let mut phases = Vec::new();
-    let (config, c) =
-        Cost::measure(|| config::parse(text, "bench.toml").expect("bench config is valid"));
+    let (config, c) = Cost::measure(|| {
+        config::parse(text, "bench.toml", lb_l7::check_routes).expect("bench config is valid")
+    });
     phases.push(("config parse", c));
     let mut slices = SliceDir::new(dir);
     let (_, c) = Cost::measure(|| slices.scan());

@@ -18,22 +18,18 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use lb_control::{
+    agent::HealthMap, agent::compose, agent::specs_at, sources::etcd::EtcdMessage,
+    sources::etcd::EtcdMirror, sources::etcd::run, sources::slicedir::Discovered,
+};
+use lb_dataplane::kernel::KernelDataplane;
+use lb_model::{config::ValidConfig, dataplane::Programmer, fade_state::FadeStarts};
 use lb_testbed::{
     Netns,
     benchkit::{Counting, Meter, ms, peak_rss},
     etcd::{ETCD_ADDR, EtcdServer},
     is_root,
     shape::{ENDPOINTS, SERVICES, backend, slice_json, vip},
-};
-use lb_userspace::{
-    agent::{HealthMap, compose, specs_at},
-    config::ValidConfig,
-    dataplane::{Programmer, kernel::KernelDataplane},
-    fade_state::FadeStarts,
-    sources::{
-        etcd::{EtcdMessage, EtcdMirror, run},
-        slicedir::Discovered,
-    },
 };
 
 #[global_allocator]
@@ -127,7 +123,7 @@ fn main() -> ExitCode {
         "[node]\ninterface = \"lo\"\nstate_dir = \"\"\n[node.etcd]\nendpoints = [\"{}\"]\nprefix = \"/lb\"\n",
         EtcdServer::url()
     );
-    let file = lb_userspace::config::parse(&text, "bench.toml").expect("config");
+    let file = lb_model::config::parse(&text, "bench.toml", lb_l7::check_routes).expect("config");
     let settings = file.node.etcd.clone().expect("etcd settings");
     let report = ns.run(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

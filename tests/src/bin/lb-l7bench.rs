@@ -23,15 +23,15 @@ use std::{
     time::Duration,
 };
 
+use lb_l7::{
+    accesslog::AccessLog, accesslog::AccessLogConfig, proxy::L7Config, proxy::Proxy,
+    proxy::ServiceInput,
+};
 use lb_testbed::{
     Netns,
     benchkit::{ALLOCS, BYTES, Counting},
     is_root,
     lbd::TempDir,
-};
-use lb_userspace::l7::{
-    accesslog::{AccessLog, AccessLogConfig},
-    proxy::{L7Config, Proxy, ServiceInput},
 };
 
 #[global_allocator]

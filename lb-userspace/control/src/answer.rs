@@ -1,0 +1,187 @@
+//! Answering admin queries from the agent's state (called by lbd's main loop).
+
+use std::time::Instant;
+
+use lb_admin::{
+    Status,
+    metrics::{self, Snapshot},
+    server::{Query, Reply},
+};
+use lb_model::{
+    config::XdpMode,
+    dataplane::{DataplaneError, FlowCounts, MapOps, SweepStats, Traffic},
+};
+
+use crate::agent::{Agent, Host};
+
+/// What lbd knows about itself beyond the agent.
+#[derive(Clone, Debug)]
+pub struct Meta {
+    /// When lbd started.
+    pub started: Instant,
+    /// The config file.
+    pub config_path: String,
+    /// Successful config loads so far.
+    pub generation: u64,
+    /// Why the latest reload was rejected, until one succeeds.
+    pub config_error: Option<String>,
+    /// The L7 proxy's counters as of this query, if it runs.
+    pub l7: Option<lb_l7::stats::L7Snapshot>,
+    /// What lbd's `nat` sweeper released, if it runs.
+    pub nat_sweep: Option<std::sync::Arc<SweepStats>>,
+}
+
+impl Meta {
+    /// Records a reload's outcome.
+    pub fn reloaded(&mut self, outcome: Result<(), String>) {
+        match outcome {
+            Ok(()) => {
+                self.generation += 1;
+                self.config_error = None;
+            }
+            Err(e) => self.config_error = Some(e),
+        }
+    }
+}
+
+/// The reply to `query`. `flows` are the conntrack counts for the queries that need
+/// them ([`Query::needs_flows`]); lbd walks conntrack off its main loop and passes
+/// them in — without them they are counted here. Map read failures become a 500 that
+/// says which read failed.
+pub fn answer<D: MapOps + Traffic, H: Host>(
+    agent: &Agent<D, H>,
+    meta: &Meta,
+    query: &Query,
+    flows: Option<FlowCounts>,
+) -> Reply {
+    let flows = || match &flows {
+        Some(f) => Ok(f.clone()),
+        None => agent.dataplane().flow_counts(),
+    };
+    let result = match query {
+        Query::Status => flows()
+            .and_then(|f| status(agent, meta, &f))
+            .map(Reply::json),
+        Query::Services => agent.service_views().map(Reply::json),
+        Query::Backends(Some(name)) if !agent.config().services.iter().any(|s| &s.name == name) => {
+            Ok(Reply::error(404, format!("no service named {name:?}")))
+        }
+        Query::Backends(service) => flows()
+            .and_then(|f| agent.backend_views(service.as_deref(), Some(&f)))
+            .map(Reply::json),
+        Query::Metrics => flows().and_then(|f| metrics_text(agent, meta, &f)),
+    };
+    result.unwrap_or_else(|e| Reply::error(500, format!("reading the data plane: {e}")))
+}
+
+/// `GET /v1/status`, given the flow tables' counts.
+///
+/// # Errors
+/// A map read failed.
+pub fn status<D: MapOps + Traffic, H: Host>(
+    agent: &Agent<D, H>,
+    meta: &Meta,
+    flows: &FlowCounts,
+) -> Result<Status, DataplaneError> {
+    let node = &agent.config().node;
+    let flow_tables = flow_tables(agent, meta, flows)?;
+    Ok(Status {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        api_version: lb_admin::API_VERSION,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_or_else(|_| "unknown".into(), |r| r.trim().to_owned()),
+        pid: std::process::id(),
+        uptime_seconds: meta.started.elapsed().as_secs_f64(),
+        config_path: meta.config_path.clone(),
+        config_generation: meta.generation,
+        interface: node.interface.clone(),
+        xdp_mode: match node.xdp_mode {
+            XdpMode::Native => "native",
+            XdpMode::Generic => "generic",
+        }
+        .to_owned(),
+        pin_path: node.pin_path.clone(),
+        services: agent.config().services.len(),
+        sources: {
+            let mut sources = agent.sources(&meta.config_path, meta.config_error.as_deref());
+            // Route files and inline routes of l7 services are sources too.
+            for (origin, error) in meta.l7.iter().flat_map(|l| &l.routes) {
+                sources.push(lb_admin::SourceStatus {
+                    kind: "routes".into(),
+                    location: origin.clone(),
+                    state: error.as_ref().map_or_else(
+                        || "ok".to_owned(),
+                        |e| format!("rejected, previous routes serve: {e}"),
+                    ),
+                    revision: None,
+                    rejected: Vec::new(),
+                });
+            }
+            sources
+        },
+        reconciles: agent.reconciles().count,
+        last_reconcile: agent.last_reconcile().cloned(),
+        fade_in_rebuilds: agent.fade_rebuilds(),
+        conntrack_entries: flows.total,
+        flow_tables,
+    })
+}
+
+/// The flow tables' fill, and `nat` ports released by the data plane (taking over an
+/// expired port) and by lbd's sweeper together.
+fn flow_tables<D: MapOps + Traffic, H: Host>(
+    agent: &Agent<D, H>,
+    meta: &Meta,
+    flows: &FlowCounts,
+) -> Result<lb_admin::FlowTablesStatus, DataplaneError> {
+    use lb_common::Counter;
+    use std::sync::atomic::Ordering::Relaxed;
+    let maps = agent.dataplane();
+    let sweep = |f: fn(&SweepStats) -> u64| meta.nat_sweep.as_deref().map_or(0, f);
+    // Every new dsr flow is half-open first; the data plane counts them per service.
+    let created: u64 = agent
+        .service_views()?
+        .iter()
+        .filter(|s| s.mode == "dsr")
+        .map(|s| s.new_flows)
+        .sum();
+    let promoted = maps.counter(Counter::EmbryonicPromoted)?;
+    Ok(lb_admin::FlowTablesStatus {
+        conntrack: flows.conntrack,
+        embryonic: flows.embryonic,
+        nat: flows.nat,
+        nat_released: lb_admin::NatReleased {
+            fin: maps.counter(Counter::NatReleasedFin)? + sweep(|s| s.fin.load(Relaxed)),
+            rst: maps.counter(Counter::NatReleasedRst)? + sweep(|s| s.rst.load(Relaxed)),
+            timeout: maps.counter(Counter::NatReleasedTimeout)?
+                + sweep(|s| s.timeout.load(Relaxed)),
+        },
+        embryonic_created: created,
+        embryonic_evicted: created
+            .saturating_sub(promoted)
+            .saturating_sub(flows.embryonic.entries),
+    })
+}
+
+fn metrics_text<D: MapOps + Traffic, H: Host>(
+    agent: &Agent<D, H>,
+    meta: &Meta,
+    flows: &FlowCounts,
+) -> Result<Reply, DataplaneError> {
+    let status = status(agent, meta, flows)?;
+    let backends = agent.backend_views(None, Some(flows))?;
+    let services = agent.service_views_with(&backends)?;
+    let counters = agent.dataplane().counters()?;
+    Ok(Reply {
+        status: 200,
+        content_type: metrics::CONTENT_TYPE,
+        body: metrics::render(&Snapshot {
+            status: &status,
+            services: &services,
+            backends: &backends,
+            counters: &counters,
+            reconciles: agent.reconciles(),
+            l7: meta.l7.as_ref(),
+        }),
+    })
+}

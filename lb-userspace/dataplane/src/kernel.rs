@@ -1,0 +1,479 @@
+//! The aya implementation: loads the embedded BPF object, attaches the XDP program and
+//! writes its maps.
+
+use std::path::{Path, PathBuf};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, ProgramArray},
+    programs::{
+        Link as _, Xdp, XdpMode,
+        links::{FdLink, PinnedLink},
+        xdp::{XdpLink, XdpLinkId},
+    },
+};
+use lb_common::{
+    AddrKey, Backend, Counter, GlobalConfig, TableChunk, VipInfo, VipKey, maps::names,
+};
+
+use lb_model::{
+    config,
+    dataplane::{DataplaneError, MapOps},
+};
+
+use crate::maps::{MapSet, map_error};
+
+/// The BPF object built from `lb-ebpf` by this crate's build script.
+pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
+
+/// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
+/// finds the same maps, conntrack included.
+pub const PINNED_MAPS: [&str; 14] = [
+    names::ECHO_ADDRS,
+    names::NAT,
+    names::NAT_FLOWS,
+    names::EMBRYONIC,
+    names::PROGS,
+    names::VIPS,
+    names::BACKENDS,
+    names::SERVICE_BACKENDS,
+    names::TABLE_CHUNKS,
+    names::CONNTRACK,
+    names::CONFIG,
+    names::COUNTERS,
+    names::VIP_STATS,
+    names::BACKEND_STATS,
+];
+
+/// File name of the pinned XDP link in the pin directory.
+pub const LINK_PIN: &str = "link_xdp";
+
+/// How the program is attached.
+#[derive(Debug)]
+enum Attachment {
+    /// Not attached.
+    None,
+    /// Owned by this process: detached when it goes away.
+    Owned { interface: String, id: XdpLinkId },
+    /// Pinned in bpffs: stays attached after this process exits.
+    Pinned {
+        interface: String,
+        path: PathBuf,
+        link: XdpLink,
+    },
+}
+
+/// How [`KernelDataplane::attach`] attached the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachOutcome {
+    /// A new attachment.
+    Attached,
+    /// A pinned link left by a previous agent now runs this program (atomic swap).
+    Replaced,
+}
+
+/// A loaded data plane: the program (attached or not) and handles to its maps.
+pub struct KernelDataplane {
+    ebpf: Ebpf,
+    link: Attachment,
+    maps: MapSet,
+    /// Pinned flow tables of another shape, copied into this program's maps (see
+    /// [`KernelDataplane::finish_migration`]).
+    migration: Option<crate::migrate::Migration>,
+    /// Tail-call targets; kept open so the entries stay while this process runs.
+    _progs: ProgramArray<MapData>,
+}
+
+fn program_error(
+    action: impl Into<String>,
+) -> impl FnOnce(aya::programs::ProgramError) -> DataplaneError {
+    let action = action.into();
+    move |source| DataplaneError::Program {
+        action,
+        source: Box::new(source),
+    }
+}
+
+impl KernelDataplane {
+    /// Loads the embedded object and the XDP program into the kernel, unattached, with
+    /// private maps.
+    ///
+    /// # Errors
+    /// Verifier rejection, missing privileges, or an object without the expected maps.
+    pub fn load() -> Result<Self, DataplaneError> {
+        Self::load_with_pins(None)
+    }
+
+    /// Like [`KernelDataplane::load`], but every map is pinned under `pin_dir`: maps
+    /// already pinned there (by a previous agent) are reused, contents and all.
+    ///
+    /// # Errors
+    /// As `load`, plus a pin directory that cannot be created.
+    pub fn load_with_pins(pin_dir: Option<&Path>) -> Result<Self, DataplaneError> {
+        Self::load_sized(pin_dir, &config::FlowTables::default())
+    }
+
+    /// Like [`KernelDataplane::load_with_pins`], with the flow tables sized as
+    /// `tables` says. A pinned flow table of another size or kind is replaced by a
+    /// new one holding its entries (see `migrate.rs`); call
+    /// [`KernelDataplane::finish_migration`] once the program is attached.
+    ///
+    /// # Errors
+    /// As `load`, plus a pin directory that cannot be created or a pinned table that
+    /// cannot be moved aside.
+    pub fn load_sized(
+        pin_dir: Option<&Path>,
+        tables: &config::FlowTables,
+    ) -> Result<Self, DataplaneError> {
+        let mut loader = EbpfLoader::new();
+        loader
+            .map_max_entries(names::CONNTRACK, tables.conntrack_entries)
+            .map_max_entries(names::EMBRYONIC, tables.embryonic_entries)
+            .map_max_entries(names::NAT, tables.nat_entries)
+            .map_max_entries(names::NAT_FLOWS, tables.nat_entries);
+        let mut migration = None;
+        if let Some(dir) = pin_dir {
+            std::fs::create_dir_all(dir).map_err(|source| DataplaneError::Program {
+                action: format!("creating pin directory {}", dir.display()),
+                source: Box::new(source),
+            })?;
+            let m = crate::migrate::Migration::prepare(dir, tables)?;
+            if !m.is_empty() {
+                migration = Some(m);
+            }
+            for name in PINNED_MAPS {
+                loader.map_pin_path(name, dir.join(name));
+            }
+        }
+        let mut ebpf = loader
+            .load(BPF_OBJECT)
+            .map_err(|source| DataplaneError::Program {
+                action: "loading the BPF object".into(),
+                source: Box::new(source),
+            })?;
+        let prog = xdp_of(&mut ebpf)?;
+        prog.load()
+            .map_err(program_error("loading the XDP program"))?;
+        // lb_nat and lb_nat_icmp run by tail call from lb_xdp; their slots are replaced
+        // in place on a restart (the pinned array outlives lbd).
+        let progs_map = ebpf.take_map(names::PROGS).ok_or(DataplaneError::Missing {
+            what: "map",
+            name: names::PROGS,
+        })?;
+        let mut progs =
+            ProgramArray::try_from(progs_map).map_err(map_error("open", names::PROGS))?;
+        for (slot, name) in [(0, names::NAT_PROGRAM), (1, names::NAT_ICMP_PROGRAM)] {
+            let prog: &mut Xdp = ebpf
+                .program_mut(name)
+                .ok_or(DataplaneError::Missing {
+                    what: "program",
+                    name,
+                })?
+                .try_into()
+                .map_err(program_error(format!("{name} is not XDP")))?;
+            prog.load()
+                .map_err(program_error(format!("loading {name}")))?;
+            let fd = prog
+                .fd()
+                .map_err(program_error(format!("{name} has no fd")))?;
+            progs
+                .set(slot, fd, 0)
+                .map_err(map_error("set", names::PROGS))?;
+        }
+        let mut maps = MapSet::take(&mut ebpf)?;
+        if let Some(m) = &migration {
+            let copied = m.copy(&mut maps)?;
+            log::info!("copied {copied} flows from pinned tables of another shape");
+        }
+        Ok(Self {
+            maps,
+            _progs: progs,
+            ebpf,
+            link: Attachment::None,
+            migration,
+        })
+    }
+
+    /// After the program is attached: copies the flows the previous program admitted
+    /// since loading, and releases the pinned tables it replaced. Nothing to do unless
+    /// a table changed shape.
+    ///
+    /// # Errors
+    /// A map read failed or an old pin could not be removed.
+    pub fn finish_migration(&mut self) -> Result<(), DataplaneError> {
+        if let Some(m) = self.migration.take() {
+            let copied = m.finish(&mut self.maps)?;
+            log::info!("copied {copied} more flows; the replaced flow tables are released");
+        }
+        Ok(())
+    }
+
+    /// The pass-everything program from the same object, loaded on first use: the
+    /// floor that per-packet benchmarks are measured against.
+    ///
+    /// # Errors
+    /// The object lacks it or the kernel refuses to load it.
+    pub fn pass_program(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        let missing = DataplaneError::Missing {
+            what: "program",
+            name: names::XDP_PASS_PROGRAM,
+        };
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(names::XDP_PASS_PROGRAM)
+            .ok_or(missing)?
+            .try_into()
+            .map_err(program_error("xdp_pass is not XDP"))?;
+        if prog.fd().is_err() {
+            prog.load().map_err(program_error("loading xdp_pass"))?;
+        }
+        Ok(prog)
+    }
+
+    /// The XDP program, e.g. for `BPF_PROG_TEST_RUN`.
+    ///
+    /// # Errors
+    /// Only if the object lacks the program, which `load` already ruled out.
+    pub fn program(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        xdp_of(&mut self.ebpf)
+    }
+
+    /// Attaches the program to `interface` (resolved in the calling thread's network
+    /// namespace).
+    ///
+    /// With `link_pin`, the attachment is a pinned link that outlives this process; if a
+    /// previous agent left one there, it is switched to this program in one atomic
+    /// update (`bpf_link_update`), so not a packet goes unhandled during a restart.
+    ///
+    /// # Errors
+    /// Unknown interface, a driver that refuses the requested mode, or a pin that is not
+    /// an XDP link.
+    pub fn attach(
+        &mut self,
+        interface: &str,
+        mode: config::XdpMode,
+        link_pin: Option<&Path>,
+    ) -> Result<AttachOutcome, DataplaneError> {
+        let aya_mode = match mode {
+            config::XdpMode::Native => XdpMode::Driver,
+            config::XdpMode::Generic => XdpMode::Skb,
+        };
+        let failed = |what: &str| program_error(format!("{what} XDP ({mode:?}) on {interface}"));
+        let Some(path) = link_pin else {
+            let id = self
+                .program()?
+                .attach(interface, aya_mode)
+                .map_err(failed("attaching"))?;
+            self.link = Attachment::Owned {
+                interface: interface.to_owned(),
+                id,
+            };
+            return Ok(AttachOutcome::Attached);
+        };
+        let outcome;
+        let prog = self.program()?;
+        let id = if path.exists() {
+            let pinned = PinnedLink::from_pin(path).map_err(|source| DataplaneError::Program {
+                action: format!("opening the pinned link {}", path.display()),
+                source: Box::new(source),
+            })?;
+            let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|source| {
+                DataplaneError::Program {
+                    action: format!("{} is not an XDP link", path.display()),
+                    source: Box::new(source),
+                }
+            })?;
+            outcome = AttachOutcome::Replaced;
+            prog.attach_to_link(link)
+                .map_err(failed("replacing the program of the pinned link for"))?
+        } else {
+            outcome = AttachOutcome::Attached;
+            prog.attach(interface, aya_mode)
+                .map_err(failed("attaching"))?
+        };
+        let link = prog.take_link(id).map_err(failed("taking the link of"))?;
+        if outcome == AttachOutcome::Attached {
+            let fd = FdLink::try_from(link).map_err(|source| DataplaneError::Program {
+                action: "the XDP attachment is not a bpf_link (kernel older than 5.9?)".into(),
+                source: Box::new(source),
+            })?;
+            let pinned = fd.pin(path).map_err(|source| DataplaneError::Program {
+                action: format!("pinning the XDP link at {}", path.display()),
+                source: Box::new(source),
+            })?;
+            let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|source| {
+                DataplaneError::Program {
+                    action: "re-opening the pinned link".into(),
+                    source: Box::new(source),
+                }
+            })?;
+            self.link = Attachment::Pinned {
+                interface: interface.to_owned(),
+                path: path.to_owned(),
+                link,
+            };
+        } else {
+            self.link = Attachment::Pinned {
+                interface: interface.to_owned(),
+                path: path.to_owned(),
+                link,
+            };
+        }
+        Ok(outcome)
+    }
+
+    /// Detaches the program (also a pinned attachment, whose pin is removed).
+    ///
+    /// # Errors
+    /// The kernel refused the detach or the pin could not be removed.
+    pub fn detach(&mut self) -> Result<(), DataplaneError> {
+        match std::mem::replace(&mut self.link, Attachment::None) {
+            Attachment::None => Ok(()),
+            Attachment::Owned { interface, id } => self
+                .program()?
+                .detach(id)
+                .map_err(program_error(format!("detaching XDP from {interface}"))),
+            Attachment::Pinned {
+                interface,
+                path,
+                link,
+            } => {
+                std::fs::remove_file(&path).map_err(|source| DataplaneError::Program {
+                    action: format!("removing the link pin {}", path.display()),
+                    source: Box::new(source),
+                })?;
+                // With the pin gone, closing the last descriptor releases the link.
+                link.detach()
+                    .map_err(program_error(format!("detaching XDP from {interface}")))
+            }
+        }
+    }
+
+    /// Removes the map pins under `pin_dir` (and the directory once empty). Maps stay
+    /// alive while a program or process still uses them.
+    ///
+    /// # Errors
+    /// A pin that exists could not be removed.
+    pub fn unpin_maps(pin_dir: &Path) -> std::io::Result<()> {
+        for name in PINNED_MAPS {
+            match std::fs::remove_file(pin_dir.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        // Tables a migration left aside, and the pre-V2 nat map.
+        if let Ok(entries) = std::fs::read_dir(pin_dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.contains("_MIGRATING") || name == names::NAT_V1 {
+                    std::fs::remove_file(entry.path())?;
+                }
+            }
+        }
+        match std::fs::remove_dir(pin_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                log::warn!("leaving {}: {e}", pin_dir.display());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The maps, for reading counters, conntrack and tables.
+    pub fn maps(&self) -> &MapSet {
+        &self.maps
+    }
+
+    /// The maps, writable (tests forget conntrack entries).
+    pub fn maps_mut(&mut self) -> &mut MapSet {
+        &mut self.maps
+    }
+}
+
+impl std::fmt::Debug for KernelDataplane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelDataplane")
+            .field("link", &self.link)
+            .finish_non_exhaustive()
+    }
+}
+
+fn xdp_of(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
+    let missing = DataplaneError::Missing {
+        what: "program",
+        name: names::XDP_PROGRAM,
+    };
+    let prog = ebpf.program_mut(names::XDP_PROGRAM).ok_or(missing)?;
+    prog.try_into()
+        .map_err(program_error("the program is not XDP"))
+}
+
+impl lb_model::dataplane::Traffic for KernelDataplane {
+    fn counter(&self, counter: Counter) -> Result<u64, DataplaneError> {
+        self.maps.counter(counter)
+    }
+
+    fn vip_stats(&self, service_id: u32) -> Result<lb_common::TrafficStats, DataplaneError> {
+        self.maps.vip_stats(service_id)
+    }
+
+    fn backend_stats(&self, backend_id: u32) -> Result<lb_common::TrafficStats, DataplaneError> {
+        self.maps.backend_stats(backend_id)
+    }
+
+    fn flow_counts(&self) -> Result<lb_model::dataplane::FlowCounts, DataplaneError> {
+        self.maps.flow_counts()
+    }
+}
+
+impl MapOps for KernelDataplane {
+    fn set_config(&mut self, config: GlobalConfig) -> Result<(), DataplaneError> {
+        self.maps
+            .config
+            .set(0, config, 0)
+            .map_err(map_error("set", names::CONFIG))
+    }
+
+    fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError> {
+        self.maps
+            .vips
+            .insert(key, info, 0)
+            .map_err(map_error("insert", names::VIPS))
+    }
+
+    fn delete_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        crate::maps::removed(self.maps.vips.remove(key), names::VIPS)
+    }
+
+    fn put_backend(&mut self, id: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.maps
+            .backends
+            .set(id, backend, 0)
+            .map_err(map_error("set", names::BACKENDS))
+    }
+
+    fn put_list_entry(&mut self, index: u32, backend_id: u32) -> Result<(), DataplaneError> {
+        self.maps
+            .lists
+            .set(index, backend_id, 0)
+            .map_err(map_error("set", names::SERVICE_BACKENDS))
+    }
+
+    fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError> {
+        self.maps
+            .chunks
+            .set(index, chunk, 0)
+            .map_err(map_error("set", names::TABLE_CHUNKS))
+    }
+
+    fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        self.maps
+            .echo
+            .insert(AddrKey { addr }, 0, 0)
+            .map_err(map_error("insert", names::ECHO_ADDRS))
+    }
+
+    fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+        crate::maps::removed(self.maps.echo.remove(&AddrKey { addr }), names::ECHO_ADDRS)
+    }
+}

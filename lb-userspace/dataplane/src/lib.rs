@@ -1,0 +1,26 @@
+//! The kernel side of the data plane, through aya: the typed handles to every map
+//! ([`maps::MapSet`], also opened from the pins of a running or stopped node), and with
+//! the `object` feature the embedded BPF object, its loading, attaching and pinning
+//! ([`kernel::KernelDataplane`]), the migration of flow tables of another shape, the
+//! nat sweeper, and the node's own kernel state the agent changes: neighbour entries
+//! (netlink), forwarding sysctls, the bpf filesystem.
+//!
+//! This is the only crate whose build needs the BPF toolchain (nightly, bpf-linker,
+//! LLVM), and only with `object`: `lbctl` reads pinned maps without it.
+
+pub mod bpffs;
+#[cfg(feature = "object")]
+pub mod kernel;
+pub mod maps;
+#[cfg(feature = "object")]
+mod migrate;
+pub mod natsweep;
+pub mod neighbour;
+pub mod sysctl;
+
+/// The kernel's possible CPUs (what per-CPU maps are sized for), or 1 if unknown: the
+/// NAT port range is split into that many slices.
+#[must_use]
+pub fn possible_cpus() -> u32 {
+    aya::util::nr_cpus().map_or(1, |n| u32::try_from(n.max(1)).unwrap_or(u32::MAX))
+}

@@ -1,0 +1,436 @@
+//! Rendering one access-log line into a caller's buffer: skipper's line (combined log
+//! format plus duration, requested host, flow id and audit) or a JSON object. Nothing
+//! is allocated once the buffer has grown: no maps, no `format!`, the timestamp text
+//! is reused within a second.
+
+use std::{io::Write as _, net::IpAddr, time::SystemTime};
+
+use crate::balance::rng;
+
+pub use lb_model::config::AccessLogFormat as Format;
+
+/// The facts of one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    /// Peer address.
+    pub peer: IpAddr,
+    /// The X-Forwarded-For header as received.
+    pub forwarded_for: Option<&'a [u8]>,
+    /// Authenticated user, if any.
+    pub user: &'a [u8],
+    /// When the request arrived.
+    pub time: SystemTime,
+    /// Method.
+    pub method: &'a [u8],
+    /// Path as received.
+    pub path: &'a [u8],
+    /// Query as received, without `?`.
+    pub query: &'a [u8],
+    /// `HTTP/1.1`, `HTTP/2.0`.
+    pub proto: &'a [u8],
+    /// Response status.
+    pub status: u16,
+    /// Response body bytes.
+    pub size: u64,
+    /// Referer header.
+    pub referer: &'a [u8],
+    /// User-Agent header.
+    pub user_agent: &'a [u8],
+    /// Time to the end of the response.
+    pub duration: std::time::Duration,
+    /// Host header.
+    pub host: &'a [u8],
+    /// X-Flow-Id header.
+    pub flow_id: &'a [u8],
+    /// X-Unverified-Audit header.
+    pub audit: &'a [u8],
+}
+
+/// How queries are written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueryPolicy<'a> {
+    /// Leave the query out.
+    pub strip: bool,
+    /// Keys whose values are replaced by their hash.
+    pub mask: &'a [String],
+}
+
+/// A renderer with its timestamp cache.
+#[derive(Debug, Default)]
+pub struct Renderer {
+    second: u64,
+    stamp: [u8; 26],
+}
+
+const MONTHS: [&[u8; 3]; 12] = [
+    b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
+];
+
+impl Renderer {
+    /// Appends one line (with `\n`) for `e` to `out`.
+    pub fn render(&mut self, format: Format, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
+        match format {
+            Format::Text => self.text(e, q, out),
+            Format::Json => self.json(e, q, out),
+        }
+    }
+
+    fn text(&mut self, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
+        out.reserve(256);
+        client(e, out, bare);
+        out.extend_from_slice(b" - ");
+        or_dash(out, e.user, bare);
+        out.extend_from_slice(b" [");
+        out.extend_from_slice(self.stamp(e.time));
+        out.extend_from_slice(b"] \"");
+        // The request line's parts escape spaces too: the line splits on them.
+        bare(out, e.method);
+        out.push(b' ');
+        uri(e, q, out, bare);
+        out.push(b' ');
+        bare(out, e.proto);
+        out.extend_from_slice(b"\" ");
+        number(out, u64::from(e.status));
+        out.push(b' ');
+        number(out, e.size);
+        out.extend_from_slice(b" \"");
+        or_dash(out, e.referer, quoted);
+        out.extend_from_slice(b"\" \"");
+        or_dash(out, e.user_agent, quoted);
+        out.extend_from_slice(b"\" ");
+        number(out, e.duration.as_millis() as u64);
+        out.push(b' ');
+        or_dash(out, e.host, bare);
+        out.push(b' ');
+        or_dash(out, e.flow_id, bare);
+        out.push(b' ');
+        or_dash(out, e.audit, bare);
+        out.push(b'\n');
+    }
+
+    fn json(&mut self, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
+        let field = |out: &mut Vec<u8>, name: &[u8], first: bool| {
+            if !first {
+                out.push(b',');
+            }
+            out.push(b'"');
+            out.extend_from_slice(name);
+            out.extend_from_slice(b"\":");
+        };
+        out.push(b'{');
+        field(out, b"timestamp", true);
+        out.push(b'"');
+        out.extend_from_slice(self.stamp(e.time));
+        out.push(b'"');
+        field(out, b"host", false);
+        out.push(b'"');
+        client(e, out, json_str);
+        out.push(b'"');
+        for (name, value) in [(&b"user"[..], e.user), (b"method", e.method)] {
+            field(out, name, false);
+            string(out, value);
+        }
+        field(out, b"uri", false);
+        out.push(b'"');
+        uri(e, q, out, json_str);
+        out.push(b'"');
+        field(out, b"proto", false);
+        string(out, e.proto);
+        field(out, b"status", false);
+        number(out, u64::from(e.status));
+        field(out, b"response-size", false);
+        number(out, e.size);
+        for (name, value) in [(&b"referer"[..], e.referer), (b"user-agent", e.user_agent)] {
+            field(out, name, false);
+            string(out, value);
+        }
+        field(out, b"duration", false);
+        number(out, e.duration.as_millis() as u64);
+        for (name, value) in [
+            (&b"requested-host"[..], e.host),
+            (b"flow-id", e.flow_id),
+            (b"audit", e.audit),
+        ] {
+            field(out, name, false);
+            string(out, value);
+        }
+        out.extend_from_slice(b"}\n");
+    }
+
+    /// `02/Jan/2006:15:04:05 +0000` (UTC), formatted once per second.
+    fn stamp(&mut self, t: SystemTime) -> &[u8] {
+        let secs = t
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if secs != self.second || self.stamp[0] == 0 {
+            self.second = secs;
+            let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+            let s = secs % 86_400;
+            let mut w = &mut self.stamp[..];
+            let _ = write!(w, "{d:02}/");
+            w[..3].copy_from_slice(MONTHS[(m - 1) as usize]);
+            let mut w = &mut w[3..];
+            let _ = write!(
+                w,
+                "/{y:04}:{:02}:{:02}:{:02} +0000",
+                s / 3600,
+                s / 60 % 60,
+                s % 60
+            );
+        }
+        &self.stamp
+    }
+}
+
+/// HOST: the X-Forwarded-For entries that are IP addresses, joined by `, `; else the
+/// peer address.
+fn client(e: &Entry<'_>, out: &mut Vec<u8>, write: impl Fn(&mut Vec<u8>, &[u8])) {
+    let mut any = false;
+    if let Some(xff) = e.forwarded_for {
+        for part in xff.split(|&b| b == b',') {
+            let part = part.trim_ascii();
+            if is_ip(part) {
+                if any {
+                    out.extend_from_slice(b", ");
+                }
+                write(out, part);
+                any = true;
+            }
+        }
+    }
+    if !any {
+        write_ip(out, e.peer);
+    }
+}
+
+/// An address as text: IPv4 by hand (the common case, and `fmt` costs more than the
+/// rest of the line), IPv6 through `Display`.
+fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                number(out, u64::from(*o));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let mut buf = [0u8; 46];
+            let mut w = &mut buf[..];
+            let _ = write!(w, "{v6}");
+            let n = 46 - w.len();
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Whether `s` is an IP address (X-Forwarded-For entries are checked; the common
+/// dotted-quad is recognised without the general parser).
+fn is_ip(s: &[u8]) -> bool {
+    // Dotted quad in one pass: four groups of 1-3 digits, each at most 255.
+    let (mut groups, mut digits, mut value, mut v4) = (1, 0, 0u32, !s.is_empty());
+    for &b in s {
+        match b {
+            b'0'..=b'9' => {
+                digits += 1;
+                value = value * 10 + u32::from(b - b'0');
+                v4 &= digits <= 3 && value <= 255;
+            }
+            b'.' => {
+                v4 &= digits > 0;
+                groups += 1;
+                (digits, value) = (0, 0);
+            }
+            _ => {
+                v4 = false;
+                break;
+            }
+        }
+    }
+    if v4 && groups == 4 && digits > 0 {
+        return true;
+    }
+    std::str::from_utf8(s).is_ok_and(|t| t.parse::<IpAddr>().is_ok())
+}
+
+/// The request URI: path, then the query (left out, or with masked values).
+fn uri(e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>, write: fn(&mut Vec<u8>, &[u8])) {
+    write(out, e.path);
+    if q.strip || e.query.is_empty() {
+        return;
+    }
+    write(out, b"?");
+    if q.mask.is_empty() {
+        write(out, e.query);
+        return;
+    }
+    for (i, pair) in e.query.split(|&b| b == b'&').enumerate() {
+        if i > 0 {
+            write(out, b"&");
+        }
+        let eq = pair.iter().position(|&b| b == b'=');
+        let key = &pair[..eq.unwrap_or(pair.len())];
+        if let Some(eq) = eq
+            && q.mask.iter().any(|m| m.as_bytes() == key)
+        {
+            write(out, &pair[..=eq]);
+            let mut digits = [0u8; 20];
+            let n = itoa(rng::fnv(rng::FNV_START, &pair[eq + 1..]), &mut digits);
+            write(out, &digits[20 - n..]);
+        } else {
+            write(out, pair);
+        }
+    }
+}
+
+fn number(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let len = itoa(n, &mut digits);
+    out.extend_from_slice(&digits[20 - len..]);
+}
+
+/// Writes `n` right-aligned into `buf`; returns the digit count.
+fn itoa(mut n: u64, buf: &mut [u8; 20]) -> usize {
+    let mut i = 20;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return 20 - i;
+        }
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+fn hex_escape(out: &mut Vec<u8>, b: u8) {
+    out.extend_from_slice(&[
+        b'\\',
+        b'x',
+        HEX[usize::from(b >> 4)],
+        HEX[usize::from(b & 15)],
+    ]);
+}
+
+/// nginx-style escaping inside quotes: `"`, `\`, control bytes and bytes ≥ 0x7F as
+/// `\xHH`.
+fn quoted(out: &mut Vec<u8>, s: &[u8]) {
+    escape_runs(out, s, &QUOTED_ESCAPES);
+}
+
+/// Bytes escaped inside quotes, and in unquoted fields (spaces too), as lookup tables.
+const QUOTED_ESCAPES: [bool; 256] = escapes(0x20);
+const BARE_ESCAPES: [bool; 256] = escapes(0x21);
+
+const fn escapes(first_plain: u8) -> [bool; 256] {
+    let mut t = [true; 256];
+    let mut b = first_plain as usize;
+    while b < 0x7F {
+        t[b] = b == b'"' as usize || b == b'\\' as usize;
+        b += 1;
+    }
+    t
+}
+
+/// Copies `s`, escaping the bytes `escape` picks as `\xHH`; clean runs are copied
+/// whole (most fields have nothing to escape).
+#[inline]
+fn escape_runs(out: &mut Vec<u8>, mut s: &[u8], escape: &[bool; 256]) {
+    // Below this byte everything is escaped: 0x20 inside quotes, 0x21 (space too)
+    // in bare fields.
+    let first_plain = if escape[usize::from(b' ')] {
+        0x21
+    } else {
+        0x20
+    };
+    while let Some(i) = first_escape(s, escape, first_plain) {
+        out.extend_from_slice(&s[..i]);
+        hex_escape(out, s[i]);
+        s = &s[i + 1..];
+    }
+    out.extend_from_slice(s);
+}
+
+/// The index of the first byte to escape: eight bytes at a time while they are all
+/// plain (a word test for "below `first_plain`, 0x7F or above, `\"` or `\\`"), then
+/// the table.
+#[inline]
+fn first_escape(s: &[u8], escape: &[bool; 256], first_plain: u8) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |y: u64| y.wrapping_sub(ONES) & !y & HIGHS;
+    let mut at = 0;
+    for chunk in s.chunks_exact(8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        let below = x.wrapping_sub(ONES * u64::from(first_plain)) & !x & HIGHS;
+        let special = x & HIGHS
+            | zero_byte(x ^ (ONES * 0x7F))
+            | zero_byte(x ^ (ONES * u64::from(b'"')))
+            | zero_byte(x ^ (ONES * u64::from(b'\\')));
+        if below | special != 0 {
+            break;
+        }
+        at += 8;
+    }
+    s[at..]
+        .iter()
+        .position(|&b| escape[usize::from(b)])
+        .map(|i| at + i)
+}
+
+/// Unquoted fields: as [`quoted`], and spaces too, so fields stay separable.
+fn bare(out: &mut Vec<u8>, s: &[u8]) {
+    escape_runs(out, s, &BARE_ESCAPES);
+}
+
+/// An empty field prints as `-`; others through `write`.
+fn or_dash(out: &mut Vec<u8>, s: &[u8], write: fn(&mut Vec<u8>, &[u8])) {
+    if s.is_empty() {
+        out.push(b'-');
+    } else {
+        write(out, s);
+    }
+}
+
+/// JSON string contents: `"` and `\` escaped, control bytes and bytes ≥ 0x7F as
+/// `\u00HH` (header bytes are not necessarily UTF-8; this keeps every line valid).
+fn json_str(out: &mut Vec<u8>, s: &[u8]) {
+    for &b in s {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x20..0x7F => out.push(b),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]),
+        }
+    }
+}
+
+fn string(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(b'"');
+    json_str(out, s);
+    out.push(b'"');
+}
+
+/// Civil date of days since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}

@@ -1,0 +1,63 @@
+//! Route errors in a config, as operators see them: the route compiler's message
+//! (line, column, what was expected) under the service and field that hold the text.
+
+use lb_model::config;
+
+use super::check_routes;
+
+const L7: &str = r#"
+[node]
+interface = "eth0"
+
+[[service]]
+name = "site"
+vip = "198.18.0.100"
+port = 80
+mode = "l7"
+backends = [{ address = "198.18.0.11" }]
+routes = '''
+  hi: Path("/hi") -> inlineContent("hi") -> <shunt>;
+  all: * -> <roundRobin>;
+'''
+"#;
+
+fn err(text: &str) -> String {
+    config::parse(text, "lbd.toml", check_routes)
+        .expect_err("config should be rejected")
+        .to_string()
+}
+
+#[test]
+fn inline_route_errors_name_service_field_line_and_column() {
+    config::parse(L7, "lbd.toml", check_routes).expect("valid");
+    let e = err(&L7.replace("<shunt>;\n  all", "<shunt>\n  all"));
+    assert!(
+        e.contains("service[0] (site).routes: line 2, column 3: expected `;` after the backend, found `all`"),
+        "{e}"
+    );
+    let e = err(&L7.replace("inlineContent(\"hi\")", "inlineContnt(\"hi\")"));
+    assert!(
+        e.contains("route hi: inlineContnt: unknown filter `inlineContnt`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn route_file_errors_name_the_file_line_and_column() {
+    let dir = std::env::temp_dir().join(format!("lb-l7-routes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let text = L7.replace(
+        &L7[L7.find("routes = '''").expect("routes")..],
+        "routes_file = \"site.eskip\"\n",
+    );
+    std::fs::write(dir.join("lbd.toml"), &text).expect("config");
+    std::fs::write(dir.join("site.eskip"), "all: * -> <roundRobin>\n").expect("routes");
+    let e = config::load(&dir.join("lbd.toml"), check_routes)
+        .expect_err("broken routes")
+        .to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        e.contains("routes_file") && e.contains("site.eskip: line 2, column 1: expected `;`"),
+        "{e}"
+    );
+}

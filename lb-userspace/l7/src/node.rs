@@ -1,0 +1,207 @@
+//! The proxy as part of lbd: what the agent's state means for it. After every change
+//! (reload, etcd, health, fade-in step) lbd calls [`L7Node::sync`], which derives each
+//! `l7` service's routes and endpoints and applies what differs; route files are
+//! watched by their stamps. The proxy starts with the first `l7` service.
+
+use std::{collections::HashMap, net::SocketAddr, path::Path, sync::Arc};
+
+use super::{
+    accesslog::AccessLog,
+    balance::EndpointSpec,
+    proxy::{Proxy, ServiceInput},
+};
+use lb_model::{
+    config::{ForwardingModeConfig, PortSpec, ValidConfig},
+    dataplane::ServiceSpec,
+    filestamp::FileStamp,
+};
+
+/// lbd's proxy and what it last applied.
+#[derive(Debug, Default)]
+pub struct L7Node {
+    proxy: Option<Proxy>,
+    /// Listening sockets handed over by the previous lbd, until the first sync.
+    inherited: Vec<std::net::TcpListener>,
+    files: HashMap<String, (FileStamp, Option<Arc<str>>)>,
+    applied: Vec<ServiceInput>,
+    /// Each route source's state: `None` when its latest text compiled, else why not.
+    route_states: std::collections::BTreeMap<String, Option<String>>,
+}
+
+impl L7Node {
+    /// A node that serves `listeners` (handed over by the previous lbd, see
+    /// [`super::handover`]) for the services that listen on their addresses.
+    pub fn with_listeners(listeners: Vec<std::net::TcpListener>) -> Self {
+        Self {
+            inherited: listeners,
+            ..Self::default()
+        }
+    }
+
+    /// The proxy's listening sockets, to hand over to the next lbd.
+    pub fn listeners(&self) -> Vec<&std::net::TcpListener> {
+        self.proxy
+            .as_ref()
+            .map(Proxy::listeners)
+            .unwrap_or_default()
+    }
+
+    /// Brings the proxy in line with the config's `l7` services and the weights last
+    /// programmed (`applied`: health and fade-in included).
+    pub fn sync(&mut self, config: &ValidConfig, applied: &[ServiceSpec]) {
+        let inputs = self.inputs(config, applied);
+        if inputs == self.applied {
+            // Handed-over sockets no service wants close after the first sync.
+            self.inherited.clear();
+            return;
+        }
+        if self.proxy.is_none() {
+            if inputs.is_empty() {
+                self.inherited.clear();
+                return;
+            }
+            match start(config) {
+                Ok(p) => self.proxy = Some(p),
+                Err(e) => {
+                    log::error!("starting the l7 proxy: {e}");
+                    return;
+                }
+            }
+        }
+        let Some(proxy) = &mut self.proxy else { return };
+        proxy.adopt(std::mem::take(&mut self.inherited));
+        let errors = proxy.apply(&inputs);
+        for e in &errors {
+            log::error!("l7: {e}");
+        }
+        // A source whose text changed is ok unless this apply refused it.
+        for input in &inputs {
+            let before = self.applied.iter().find(|a| a.name == input.name);
+            if before.is_none_or(|b| b.routes != input.routes) {
+                let refused = errors.iter().find_map(|e| match e {
+                    super::proxy::ApplyError::Routes { origin, source }
+                        if *origin == input.routes_origin =>
+                    {
+                        Some(source.to_string())
+                    }
+                    _ => None,
+                });
+                self.route_states
+                    .insert(input.routes_origin.clone(), refused);
+            }
+        }
+        self.route_states
+            .retain(|origin, _| inputs.iter().any(|i| &i.routes_origin == origin));
+        self.applied = inputs;
+    }
+
+    /// The proxy's counters, if it runs.
+    pub fn snapshot(&self) -> Option<super::stats::L7Snapshot> {
+        self.proxy.as_ref().map(|p| super::stats::L7Snapshot {
+            routes: self
+                .route_states
+                .iter()
+                .map(|(o, e)| (o.clone(), e.clone()))
+                .collect(),
+            ..p.snapshot()
+        })
+    }
+
+    /// The running proxy, if any service needed one.
+    pub fn proxy(&self) -> Option<&Proxy> {
+        self.proxy.as_ref()
+    }
+
+    /// Drains requests in flight and flushes the access log.
+    pub fn shutdown(self) {
+        if let Some(p) = self.proxy {
+            p.shutdown();
+        }
+    }
+
+    fn inputs(&mut self, config: &ValidConfig, applied: &[ServiceSpec]) -> Vec<ServiceInput> {
+        let mut out = Vec::new();
+        for svc in config
+            .services
+            .iter()
+            .filter(|s| s.mode == ForwardingModeConfig::L7)
+        {
+            let PortSpec::Port(port) = svc.port else {
+                continue;
+            };
+            let (routes, origin) = match (&svc.routes, &svc.routes_file) {
+                (Some(text), _) => (
+                    Some(Arc::from(text.as_str())),
+                    format!("service {} routes", svc.name),
+                ),
+                (None, Some(file)) => (self.route_file(file), file.clone()),
+                (None, None) => (None, format!("service {} default route", svc.name)),
+            };
+            let endpoints = applied
+                .iter()
+                .find(|s| s.name == svc.name)
+                .map(|spec| endpoints(spec, port))
+                .unwrap_or_default();
+            out.push(ServiceInput {
+                name: svc.name.clone(),
+                listen: SocketAddr::new(svc.vip, port),
+                routes,
+                routes_origin: origin,
+                endpoints,
+            });
+        }
+        out
+    }
+
+    /// The text of a route file: re-read when its stamp changes; while unreadable, the
+    /// last text read stays in force.
+    fn route_file(&mut self, file: &str) -> Option<Arc<str>> {
+        let stamp = FileStamp::of(Path::new(file));
+        let entry = self
+            .files
+            .entry(file.to_owned())
+            .or_insert((FileStamp::of(Path::new("")), None));
+        if entry.0 != stamp {
+            entry.0 = stamp;
+            match std::fs::read_to_string(file) {
+                Ok(text) => entry.1 = Some(Arc::from(text)),
+                Err(e) => log::error!("reading routes {file}: {e}; keeping the routes in force"),
+            }
+        }
+        entry.1.clone()
+    }
+}
+
+fn endpoints(spec: &ServiceSpec, vip_port: u16) -> Vec<EndpointSpec> {
+    spec.backends
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| {
+            let port = spec
+                .ports
+                .get(i)
+                .copied()
+                .filter(|p| *p != 0)
+                .unwrap_or(vip_port);
+            EndpointSpec {
+                authority: SocketAddr::new(*addr, port).to_string(),
+                weight: spec.weights.get(i).copied().unwrap_or(1),
+                created: None,
+            }
+        })
+        .collect()
+}
+
+fn start(config: &ValidConfig) -> Result<Proxy, String> {
+    let node = &config.node;
+    let limits = node
+        .l7
+        .limits()
+        .map_err(|(f, p)| format!("node.{f}: {p}"))?;
+    let log = AccessLog::open(node.access_log.clone())
+        .map_err(|e| format!("access log {}: {e}", node.access_log.file))?;
+    let proxy = Proxy::start(limits, node.l7.workers, Some(log), node.access_log.enabled)
+        .map_err(|e| e.to_string())?;
+    log::info!("l7 proxy started");
+    Ok(proxy)
+}

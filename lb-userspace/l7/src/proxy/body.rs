@@ -1,0 +1,239 @@
+//! Bodies: what goes to a backend ([`UpBody`]) and what goes back to the client
+//! ([`ProxyBody`]), which also ends the request's bookkeeping — access-log line,
+//! in-flight count, connection activity — when the last byte is sent or the client
+//! goes away.
+
+use std::{
+    net::IpAddr,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll},
+    time::{Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Uri, Version};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::listen::Activity;
+use crate::{
+    accesslog::{AccessLog, Entry},
+    balance::InFlight,
+};
+
+/// A request body to a backend: the client's, or none (retries only resend requests
+/// without a body).
+#[derive(Debug)]
+pub enum UpBody {
+    /// No body.
+    Empty,
+    /// The client's body, streamed; `failed` is set when reading it failed (bad
+    /// chunked framing, a client gone), so the proxy answers 400 rather than blaming
+    /// the backend.
+    Client {
+        /// The body.
+        body: Incoming,
+        /// Set on a read error.
+        failed: Arc<AtomicBool>,
+    },
+}
+
+impl Body for UpBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            UpBody::Empty => Poll::Ready(None),
+            UpBody::Client { body, failed } => {
+                let polled = Pin::new(body).poll_frame(cx);
+                if let Poll::Ready(Some(Err(_))) = &polled {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                polled
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpBody::Empty => true,
+            UpBody::Client { body, .. } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpBody::Empty => SizeHint::with_exact(0),
+            UpBody::Client { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+/// What the access log needs of a request, kept without copying (header values and
+/// the URI share the bytes hyper read).
+#[derive(Debug)]
+pub struct LogRecord {
+    pub log: Arc<AccessLog>,
+    pub mask: Arc<[String]>,
+    pub peer: IpAddr,
+    pub forwarded_for: Option<HeaderValue>,
+    pub time: SystemTime,
+    pub method: Method,
+    pub uri: Uri,
+    pub version: Version,
+    pub status: u16,
+    pub referer: Option<HeaderValue>,
+    pub user_agent: Option<HeaderValue>,
+    pub host: Option<HeaderValue>,
+    pub flow_id: Option<HeaderValue>,
+    pub audit: Option<HeaderValue>,
+}
+
+fn bytes(h: &Option<HeaderValue>) -> &[u8] {
+    h.as_ref().map_or(&b""[..], HeaderValue::as_bytes)
+}
+
+impl LogRecord {
+    fn write(&self, size: u64, started: Instant) {
+        let host = match (&self.host, self.uri.authority()) {
+            (Some(h), _) => h.as_bytes(),
+            (None, Some(a)) => a.as_str().as_bytes(),
+            (None, None) => b"",
+        };
+        let entry = Entry {
+            peer: self.peer,
+            forwarded_for: self.forwarded_for.as_ref().map(HeaderValue::as_bytes),
+            user: b"",
+            time: self.time,
+            method: self.method.as_str().as_bytes(),
+            path: self.uri.path().as_bytes(),
+            query: self.uri.query().unwrap_or("").as_bytes(),
+            proto: proto(self.version),
+            status: self.status,
+            size,
+            referer: bytes(&self.referer),
+            user_agent: bytes(&self.user_agent),
+            duration: started.elapsed(),
+            host,
+            flow_id: bytes(&self.flow_id),
+            audit: bytes(&self.audit),
+        };
+        self.log.log(&entry, &self.mask);
+    }
+}
+
+fn proto(v: Version) -> &'static [u8] {
+    match v {
+        Version::HTTP_09 => b"HTTP/0.9",
+        Version::HTTP_10 => b"HTTP/1.0",
+        Version::HTTP_2 => b"HTTP/2.0",
+        Version::HTTP_3 => b"HTTP/3.0",
+        _ => b"HTTP/1.1",
+    }
+}
+
+/// The request's bookkeeping, finished once.
+#[derive(Debug)]
+pub struct Finish {
+    pub started: Instant,
+    pub log: Option<Box<LogRecord>>,
+    pub inflight: Option<InFlight>,
+    pub activity: Arc<Activity>,
+}
+
+/// A response body to the client.
+#[derive(Debug)]
+pub struct ProxyBody {
+    inner: Inner,
+    sent: u64,
+    finish: Option<Finish>,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Full(Option<Bytes>),
+    Upstream(Incoming),
+}
+
+impl ProxyBody {
+    /// A body held in memory.
+    pub fn full(bytes: Bytes, finish: Finish) -> Self {
+        Self {
+            inner: Inner::Full((!bytes.is_empty()).then_some(bytes)),
+            sent: 0,
+            finish: Some(finish),
+        }
+    }
+
+    /// A backend's body, streamed.
+    pub fn upstream(body: Incoming, finish: Finish) -> Self {
+        Self {
+            inner: Inner::Upstream(body),
+            sent: 0,
+            finish: Some(finish),
+        }
+    }
+
+    fn done(&mut self) {
+        if let Some(f) = self.finish.take() {
+            if let Some(log) = &f.log {
+                log.write(self.sent, f.started);
+            }
+            f.activity.request_done();
+        }
+    }
+}
+
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let polled = match &mut this.inner {
+            Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Upstream(b) => Pin::new(b).poll_frame(cx),
+        };
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    this.sent += d.len() as u64;
+                }
+            }
+            Poll::Ready(None) => this.done(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Inner::Full(b) => b.is_none(),
+            Inner::Upstream(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Inner::Upstream(b) => b.size_hint(),
+        }
+    }
+}

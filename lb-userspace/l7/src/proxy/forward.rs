@@ -1,0 +1,243 @@
+//! Sending a request to a route's pool: the pick, failover to the next endpoints, the
+//! head the backend gets and how the body travels.
+//!
+//! Bodies: whether a request has one is what its framing says — a Content-Length, a
+//! chunked HTTP/1.1 body, HTTP/2 DATA after a HEADERS frame without END_STREAM — for
+//! every method. A body without a length goes to the backend chunked
+//! (`Transfer-Encoding: chunked` is set explicitly, since hyper's client would send a
+//! GET, HEAD or CONNECT with an unknown length as bodiless). Only a request without a
+//! body is ever sent twice: once a body has started to flow, a failure is final.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::SystemTime,
+};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, Uri, header};
+use http_body::Body as _;
+use hyper::body::Incoming;
+
+use super::{body::UpBody, handler::ServiceState, headers};
+use crate::{
+    balance::{Algorithm, InFlight, Pick},
+    routes::{Exchange, KeySource, Pool},
+};
+
+/// Why no backend answered.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// The pool has no endpoint with weight.
+    NoEndpoints,
+    /// Connecting failed on every attempt.
+    Unreachable,
+    /// No response head within `request_timeout`.
+    Timeout,
+    /// The backend failed after the request was sent.
+    Upstream,
+    /// The client's body could not be read (bad framing): the client's fault.
+    ClientBody,
+}
+
+/// A request as it reaches [`forward`].
+pub(super) struct Outgoing<'a> {
+    pub parts: http::request::Parts,
+    pub body: Incoming,
+    pub ex: &'a Exchange,
+    pub peer: SocketAddr,
+    /// Whether the peer's X-Forwarded-For is believed.
+    pub trusted: bool,
+    pub now: SystemTime,
+}
+
+/// Sends the request to the pool's pick; when connecting fails and the request may
+/// be repeated (idempotent, no body), to the next endpoints in the set's order.
+pub(super) async fn forward(
+    state: &ServiceState,
+    pool: &Pool,
+    out: Outgoing<'_>,
+) -> Result<(Response<Incoming>, InFlight), Failure> {
+    let Outgoing {
+        parts,
+        body,
+        ex,
+        peer,
+        trusted,
+        now,
+    } = out;
+    let http::request::Parts {
+        method,
+        uri,
+        mut headers,
+        ..
+    } = parts;
+    let set = pool.set.load_full();
+    let n = set.len();
+    let key = match pool.balancer.algorithm() {
+        Algorithm::ConsistentHash { .. } => {
+            hash_key(pool, &headers, &uri, &method, ex, peer, trusted)
+        }
+        _ => 0,
+    };
+    let first = pool
+        .balancer
+        .pick(&set, &Pick { now, key })
+        .ok_or(Failure::NoEndpoints)?;
+    let bodiless = body.is_end_stream();
+    let repeatable = is_idempotent(&method) && bodiless;
+    let attempts = if repeatable {
+        1 + state.shared.limits.retries.min(n - 1)
+    } else {
+        1
+    };
+    let failed = Arc::new(AtomicBool::new(false));
+    let mut client_body = (!bodiless).then(|| UpBody::Client {
+        body,
+        failed: Arc::clone(&failed),
+    });
+    headers::strip_hop_by_hop(&mut headers);
+    if !bodiless && !headers.contains_key(header::CONTENT_LENGTH) {
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+    }
+    headers::add_forwarded(&mut headers, peer.ip(), "http");
+    if !headers.contains_key(header::HOST)
+        && let Some(a) = uri.authority()
+        && let Ok(v) = HeaderValue::from_str(a.as_str())
+    {
+        headers.insert(header::HOST, v);
+    }
+    for (k, v) in &ex.request_headers {
+        headers.insert(k.clone(), v.clone());
+    }
+    let path_and_query = upstream_path(&uri, ex).ok_or(Failure::Upstream)?;
+    let mut last = Failure::Unreachable;
+    for attempt in 0..attempts {
+        let i = if first + attempt >= n {
+            first + attempt - n
+        } else {
+            first + attempt
+        };
+        let endpoint = &set.endpoints()[i];
+        let mut target = http::uri::Parts::default();
+        target.scheme = Some(http::uri::Scheme::HTTP);
+        target.authority.clone_from(&endpoint.uri_authority);
+        target.path_and_query = Some(path_and_query.clone());
+        let Ok(target) = Uri::from_parts(target) else {
+            return Err(Failure::Upstream);
+        };
+        let mut req = Request::new(client_body.take().unwrap_or(UpBody::Empty));
+        *req.method_mut() = method.clone();
+        *req.uri_mut() = target;
+        // The last attempt takes the headers; earlier ones send a copy, since a
+        // failed send does not give the request back.
+        *req.headers_mut() = if attempt + 1 < attempts {
+            headers.clone()
+        } else {
+            std::mem::take(&mut headers)
+        };
+        let inflight = endpoint.stats.start();
+        if attempt > 0 {
+            state.stats.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        match tokio::time::timeout(
+            state.shared.limits.request_timeout,
+            state.shared.clients[super::workers::current()].request(req),
+        )
+        .await
+        {
+            Ok(Ok(resp)) => return Ok((resp, inflight)),
+            Ok(Err(_)) if failed.load(Ordering::Relaxed) => return Err(Failure::ClientBody),
+            Ok(Err(e)) if e.is_connect() => {
+                endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
+                log::debug!(
+                    "{}: connecting to {} failed: {e}",
+                    state.name,
+                    endpoint.authority
+                );
+                last = Failure::Unreachable;
+            }
+            Ok(Err(e)) => {
+                endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
+                log::debug!("{}: {} failed: {e}", state.name, endpoint.authority);
+                return Err(Failure::Upstream);
+            }
+            Err(_) => {
+                endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
+                return Err(Failure::Timeout);
+            }
+        }
+    }
+    Err(last)
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
+}
+
+/// The path and query for the backend: the request's own (shared, not copied) unless
+/// a filter rewrote them.
+fn upstream_path(uri: &Uri, ex: &Exchange) -> Option<http::uri::PathAndQuery> {
+    if !ex.rewritten {
+        return Some(
+            uri.path_and_query()
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+        );
+    }
+    let mut pq = String::with_capacity(ex.path.len() + ex.query.len() + 1);
+    pq.push_str(if ex.path.is_empty() { "/" } else { &ex.path });
+    if !ex.query.is_empty() {
+        pq.push('?');
+        pq.push_str(&ex.query);
+    }
+    http::uri::PathAndQuery::from_maybe_shared(Bytes::from(pq)).ok()
+}
+
+/// The consistent-hash key: the route's template, else the client address (first
+/// X-Forwarded-For entry from a trusted peer, else the peer).
+fn hash_key(
+    pool: &Pool,
+    headers: &http::HeaderMap,
+    uri: &Uri,
+    method: &Method,
+    ex: &Exchange,
+    peer: SocketAddr,
+    trusted: bool,
+) -> u64 {
+    let xff_first = trusted
+        .then(|| headers.get("x-forwarded-for"))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .map(str::trim)
+        .filter(|s| s.parse::<IpAddr>().is_ok());
+    let mut peer_text = [0u8; 46];
+    let source: &str = match xff_first {
+        Some(s) => s,
+        None => {
+            use std::io::Write as _;
+            let mut w = &mut peer_text[..];
+            let _ = write!(w, "{}", peer.ip());
+            let n = 46 - w.len();
+            std::str::from_utf8(&peer_text[..n]).unwrap_or("")
+        }
+    };
+    pool.key_hash(&KeySource {
+        headers,
+        query: ex.query(uri),
+        path: ex.path(uri),
+        host: super::handler::host_of(headers, uri),
+        method: method.as_str(),
+        source,
+    })
+}

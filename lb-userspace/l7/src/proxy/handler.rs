@@ -1,0 +1,287 @@
+//! One request through a service: the head checked ([`super::request`]), the route
+//! found on the routing path, filters, the backend ([`super::forward`], or a tunnel for
+//! an allowed CONNECT), response filters, access log.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic::Ordering},
+    time::{Instant, SystemTime},
+};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
+use hyper::body::Incoming;
+
+use super::{
+    Shared,
+    body::{Finish, LogRecord, ProxyBody},
+    forward::{Failure, Outgoing, forward},
+    headers,
+    listen::Activity,
+    request, tunnel,
+};
+use crate::{
+    accesslog::StatusSet,
+    routes::{Backend, Exchange, Route, RouteTable, Served, filter, predicate::RequestView},
+};
+use lb_model::throttle::Throttle;
+
+/// A service's live state, shared by its connections.
+#[derive(Debug)]
+pub struct ServiceState {
+    /// Service name.
+    pub name: String,
+    /// Routes; swapped whole on reload.
+    pub routes: ArcSwap<RouteTable>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) stats: super::ServiceStats,
+}
+
+impl ServiceState {
+    /// The service's request counters.
+    pub fn stats(&self) -> &super::ServiceStats {
+        &self.stats
+    }
+
+    /// Serves one request; never fails (errors become 4xx/5xx responses).
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        activity: Arc<Activity>,
+    ) -> Response<ProxyBody> {
+        activity.request_started(req.version());
+        let started = Instant::now();
+        let time = SystemTime::now();
+        let (parts, body) = req.into_parts();
+        let version = parts.version;
+        let trusted = self.shared.limits.trusted_proxies.trusts(peer.ip());
+        let mut finish = Finish {
+            started,
+            log: None,
+            inflight: None,
+            activity,
+        };
+        let head = match request::check(&parts) {
+            Ok(head) => head,
+            Err(refusal) => {
+                self.shared
+                    .connections
+                    .malformed
+                    .fetch_add(1, Ordering::Relaxed);
+                static REFUSED: Throttle = Throttle::per_second();
+                REFUSED.warn(format_args!("{peer}: bad request: {refusal}"));
+                let status = StatusCode::BAD_REQUEST;
+                if self.shared.log_default {
+                    finish.log = self.log_record(&parts, peer, trusted, time, status, None);
+                }
+                self.stats.count(status);
+                let text = Bytes::from(format!("{refusal}\n"));
+                return finished(plain(status, text, None), finish, version);
+            }
+        };
+        let table = self.routes.load_full();
+        let view = RequestView {
+            method: &parts.method,
+            path: &head.path,
+            host: head.host,
+            headers: &parts.headers,
+        };
+        let route = table.find_routed(&view);
+        if parts.method == Method::CONNECT && !route.is_some_and(Route::allows_connect) {
+            let status = StatusCode::METHOD_NOT_ALLOWED;
+            if self.shared.log_default {
+                finish.log = self.log_record(&parts, peer, trusted, time, status, None);
+            }
+            self.stats.count(status);
+            let text = Bytes::from_static(b"CONNECT is not allowed here\n");
+            let mut r = plain(status, text, None);
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+            return finished(r, finish, version);
+        }
+        let Some(route) = route else {
+            self.stats.no_route.fetch_add(1, Ordering::Relaxed);
+            let status = StatusCode::NOT_FOUND;
+            if self.shared.log_default {
+                finish.log = self.log_record(&parts, peer, trusted, time, status, None);
+            }
+            return finished(
+                plain(status, Bytes::from_static(b"Route not found\n"), None),
+                finish,
+                version,
+            );
+        };
+        let host = head.host;
+        let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
+        filter::on_request(&route.filters, &mut ex, "http", host);
+        // What the log line needs is taken now (shared bytes, no copies): the request
+        // head goes to the backend by move.
+        let may_log = route
+            .access_log
+            .map_or(self.shared.log_default, |s| s != StatusSet::NONE);
+        let mut record = if may_log {
+            self.log_record(
+                &parts,
+                peer,
+                trusted,
+                time,
+                StatusCode::OK,
+                Some(Arc::clone(&route.mask_query)),
+            )
+        } else {
+            None
+        };
+        let (mut response, inflight) = match (ex.served.take(), &route.backend) {
+            (Some(Served::Inline { body, content_type }), _) => {
+                (plain(StatusCode::OK, body, Some(content_type)), None)
+            }
+            (Some(Served::Redirect { status, location }), _) => {
+                let mut r = plain(status, Bytes::new(), None);
+                if let Ok(v) = HeaderValue::from_str(&location) {
+                    r.headers_mut().insert(header::LOCATION, v);
+                }
+                (r, None)
+            }
+            (None, Backend::Shunt) => (plain(StatusCode::NOT_FOUND, Bytes::new(), None), None),
+            (None, Backend::Pool(pool)) if parts.method == Method::CONNECT => {
+                match tunnel::open(self, pool, parts, time).await {
+                    Ok((r, inflight)) => (r.map(Out::Upstream), inflight),
+                    Err(f) => (self.failure(f), None),
+                }
+            }
+            (None, Backend::Pool(pool)) => {
+                let out = Outgoing {
+                    parts,
+                    body,
+                    ex: &ex,
+                    peer,
+                    trusted,
+                    now: time,
+                };
+                match forward(self, pool, out).await {
+                    Ok((r, inflight)) => (r.map(Out::Upstream), Some(inflight)),
+                    Err(f) => (self.failure(f), None),
+                }
+            }
+        };
+        let mut status = response.status();
+        filter::on_response(&route.filters, ex.ran, &mut status, response.headers_mut());
+        *response.status_mut() = status;
+        headers::strip_hop_by_hop(response.headers_mut());
+        self.stats.count(status);
+        let logs = route
+            .access_log
+            .map_or(self.shared.log_default, |s| s.contains(status.as_u16()));
+        if logs && let Some(r) = &mut record {
+            r.status = status.as_u16();
+            finish.log = record;
+        }
+        finish.inflight = inflight;
+        finished(response, finish, version)
+    }
+
+    fn failure(&self, f: Failure) -> Response<Out> {
+        let (status, text) = match f {
+            Failure::NoEndpoints => (StatusCode::SERVICE_UNAVAILABLE, "no healthy endpoint\n"),
+            Failure::Unreachable | Failure::Upstream => {
+                (StatusCode::BAD_GATEWAY, "backend failed\n")
+            }
+            Failure::Timeout => (StatusCode::GATEWAY_TIMEOUT, "backend timed out\n"),
+            Failure::ClientBody => {
+                self.shared
+                    .connections
+                    .malformed
+                    .fetch_add(1, Ordering::Relaxed);
+                // hyper closes the connection after a body it could not read: the
+                // rest of the stream cannot frame a next request.
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    Bytes::from_static(b"malformed request body\n"),
+                    None,
+                );
+            }
+        };
+        self.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
+        plain(status, Bytes::from_static(text.as_bytes()), None)
+    }
+
+    fn log_record(
+        &self,
+        parts: &http::request::Parts,
+        peer: SocketAddr,
+        trusted: bool,
+        time: SystemTime,
+        status: StatusCode,
+        mask: Option<Arc<[String]>>,
+    ) -> Option<Box<LogRecord>> {
+        let log = self.shared.access_log.as_ref()?;
+        // Typed names: a lookup by `&str` would parse the name on every request.
+        static FLOW_ID: http::HeaderName = http::HeaderName::from_static("x-flow-id");
+        static AUDIT: http::HeaderName = http::HeaderName::from_static("x-unverified-audit");
+        static FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+        let h = |name: &http::HeaderName| parts.headers.get(name).cloned();
+        Some(Box::new(LogRecord {
+            log: Arc::clone(log),
+            mask: mask.unwrap_or_else(|| Arc::from(Vec::new())),
+            peer: peer.ip(),
+            // Only a trusted proxy tells us who the client is.
+            forwarded_for: if trusted { h(&FORWARDED_FOR) } else { None },
+            time,
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            status: status.as_u16(),
+            referer: h(&header::REFERER),
+            user_agent: h(&header::USER_AGENT),
+            host: h(&header::HOST),
+            flow_id: h(&FLOW_ID),
+            audit: h(&AUDIT),
+        }))
+    }
+}
+
+/// What a 405 to CONNECT says is allowed: every method the proxy forwards.
+const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE";
+
+/// A response body before the bookkeeping is attached.
+enum Out {
+    Inline(Bytes),
+    Upstream(Incoming),
+}
+
+fn plain(status: StatusCode, body: Bytes, content_type: Option<HeaderValue>) -> Response<Out> {
+    let mut r = Response::new(Out::Inline(Bytes::new()));
+    *r.status_mut() = status;
+    if !body.is_empty() {
+        let ct = content_type.unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
+        r.headers_mut().insert(header::CONTENT_TYPE, ct);
+        *r.body_mut() = Out::Inline(body);
+    }
+    r
+}
+
+/// Attaches the bookkeeping. While the connection drains, an HTTP/1 response says
+/// `Connection: close`, so the client opens its next request elsewhere (to the lbd
+/// that took over) instead of racing a close.
+fn finished(mut response: Response<Out>, finish: Finish, version: Version) -> Response<ProxyBody> {
+    if finish.activity.draining() && version != Version::HTTP_2 {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response.map(|b| match b {
+        Out::Inline(bytes) => ProxyBody::full(bytes, finish),
+        Out::Upstream(incoming) => ProxyBody::upstream(incoming, finish),
+    })
+}
+
+/// The Host header, else the URI's authority (HTTP/2).
+pub(super) fn host_of<'a>(headers: &'a http::HeaderMap, uri: &'a Uri) -> &'a str {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| uri.authority().map(http::uri::Authority::as_str))
+        .unwrap_or("")
+}

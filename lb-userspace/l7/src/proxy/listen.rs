@@ -1,0 +1,343 @@
+//! Listening on a VIP and serving its connections: the connection limit, HTTP/1.1 and
+//! h2c on the same port, head size/count limits and timeouts (hyper answers 431, 414
+//! or 400 itself), idle connections closed, graceful shutdown on request.
+//!
+//! Timeouts a connection lives by:
+//! - its first request head must be complete within `header_timeout` of the accept,
+//!   whether it sent a byte or not (hyper's own timer starts only once it knows the
+//!   protocol, i.e. after the first bytes, and HTTP/2 has none);
+//! - later HTTP/1 heads get hyper's `header_timeout`, which hyper counts from the end
+//!   of the previous response, so an idle HTTP/1 connection closes after the shorter
+//!   of `header_timeout` and `idle_timeout`;
+//! - between requests, `idle_timeout`;
+//! - when the proxy is full, the oldest connection still without a head is closed to
+//!   make room ([`super::pending`]).
+//!
+//! Draining (the service went away, or lbd stops or hands over): an HTTP/2 connection
+//! gets GOAWAY at once and ends when its streams have; an HTTP/1 one ends only between
+//! requests — the response in flight says `Connection: close`, and a connection idle
+//! for [`DRAIN_IDLE`] is closed (one idle only for a moment likely has the client's
+//! next request on its way, and closing it then would fail that request).
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::conn::auto,
+};
+use tokio::{net::TcpListener, sync::watch};
+
+use super::{
+    Shared,
+    handler::ServiceState,
+    pending::{Pending, Ticket},
+};
+use lb_model::throttle::{AcceptBackoff, Throttle};
+
+/// How long an HTTP/1 connection must have been idle before a drain closes it.
+pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
+
+/// Requests running on one connection and when the last one ended, for the idle
+/// timeout (a connection with a request in flight is never idle); whether it drains.
+#[derive(Debug)]
+pub struct Activity {
+    active: AtomicU32,
+    /// Milliseconds since `epoch` at the last request end.
+    last: AtomicU64,
+    epoch: Instant,
+    /// A request head has been complete (the connection left [`Pending`]).
+    seen: AtomicBool,
+    /// The connection speaks HTTP/2.
+    h2: AtomicBool,
+    draining: AtomicBool,
+    pending: Option<(Arc<Shared>, Ticket)>,
+}
+
+impl Activity {
+    fn new(pending: Option<(Arc<Shared>, Ticket)>) -> Self {
+        Self {
+            active: AtomicU32::new(0),
+            last: AtomicU64::new(0),
+            epoch: Instant::now(),
+            seen: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            pending,
+        }
+    }
+
+    /// A request (of `version`) started: its head is complete.
+    pub fn request_started(&self, version: http::Version) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        if !self.seen.swap(true, Ordering::AcqRel) {
+            if let Some((shared, ticket)) = &self.pending {
+                shared.connections.pending.leave(ticket);
+            }
+            if version == http::Version::HTTP_2 {
+                self.h2.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the connection drains: responses then close HTTP/1 connections.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    fn seen_request(&self) -> bool {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// A request's response ended (or was abandoned).
+    pub fn request_done(&self) {
+        self.last
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.active.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// How long the connection has been idle; `None` while a request runs.
+    fn idle_for(&self) -> Option<Duration> {
+        if self.active.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+        Some(self.epoch.elapsed().saturating_sub(last))
+    }
+}
+
+/// Binds `addr` with `IP_FREEBIND`, so the listener can start before the VIP is on an
+/// interface, `SO_REUSEADDR`, so a restarted lbd binds while old connections linger
+/// in TIME_WAIT, and `SO_REUSEPORT`, so every worker has a listener of its own.
+///
+/// # Errors
+/// The socket calls' errors.
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    // One listener per worker on the same address; the kernel spreads connections.
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+        socket.set_freebind_v6(true)?;
+    } else {
+        socket.set_freebind_v4(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// Live client connections across all services.
+#[derive(Debug, Default)]
+pub struct Connections {
+    pub open: AtomicUsize,
+    pub refused: AtomicU64,
+    pub malformed: AtomicU64,
+    pub idle_closed: AtomicU64,
+    /// Connections without a complete request head yet.
+    pub(crate) pending: Pending,
+}
+
+/// What ends serving: the service going away, or the whole proxy draining.
+#[derive(Clone, Debug)]
+pub struct Stops {
+    /// The service was removed.
+    pub service: watch::Receiver<bool>,
+    /// The proxy shuts down.
+    pub drain: watch::Receiver<bool>,
+}
+
+impl Stops {
+    fn now(&self) -> bool {
+        *self.service.borrow() || *self.drain.borrow()
+    }
+
+    /// Resolves when either turns true.
+    async fn wait(&mut self) {
+        loop {
+            if self.now() {
+                return;
+            }
+            tokio::select! {
+                r = self.service.changed() => if r.is_err() { std::future::pending::<()>().await },
+                r = self.drain.changed() => if r.is_err() { std::future::pending::<()>().await },
+            }
+        }
+    }
+}
+
+/// Accepts until a stop (then open connections are asked to finish).
+pub async fn accept_loop(
+    listener: TcpListener,
+    service: Arc<ServiceState>,
+    shared: Arc<Shared>,
+    mut stops: Stops,
+) {
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = stops.wait() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => {
+                backoff.reset();
+                a
+            }
+            Err(e) => {
+                // Out of file descriptors: a connection still without a request gives
+                // one back. Either way the loop waits before the next try: the
+                // connection in the backlog would wake it again at once.
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                    shared.connections.pending.evict_oldest();
+                }
+                let wait = backoff.failed(&format!("l7 service {}", service.name), &e);
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => continue,
+                    () = stops.wait() => return,
+                }
+            }
+        };
+        let conns = &shared.connections;
+        if conns.open.fetch_add(1, Ordering::AcqRel) >= shared.limits.max_connections
+            && !conns.pending.evict_oldest()
+        {
+            // Full, and every connection has sent a request: refuse this one. (With a
+            // connection evicted, the count stays over the cap until it has closed.)
+            conns.open.fetch_sub(1, Ordering::AcqRel);
+            conns.refused.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve(
+            stream,
+            peer,
+            Arc::clone(&service),
+            Arc::clone(&shared),
+            stops.clone(),
+        ));
+    }
+}
+
+async fn serve(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    service: Arc<ServiceState>,
+    shared: Arc<Shared>,
+    mut stops: Stops,
+) {
+    let limits = &shared.limits;
+    let ticket = shared.connections.pending.enter();
+    let evict = Arc::clone(&ticket.evict);
+    let activity = Arc::new(Activity::new(Some((Arc::clone(&shared), ticket))));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(limits.max_header_bytes)
+        .max_headers(limits.max_headers)
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let svc = {
+        let activity = Arc::clone(&activity);
+        hyper::service::service_fn(move |req| {
+            let service = Arc::clone(&service);
+            let activity = Arc::clone(&activity);
+            async move { Ok::<_, std::convert::Infallible>(service.handle(req, peer, activity).await) }
+        })
+    };
+    // With upgrades: a CONNECT a route allows becomes a tunnel.
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    // The first head's deadline, counted from the accept.
+    let first_head = tokio::time::sleep(limits.header_timeout);
+    tokio::pin!(first_head);
+    // Re-armed to when the connection would have been idle long enough.
+    let idle = tokio::time::sleep(limits.idle_timeout);
+    tokio::pin!(idle);
+    let mut draining = false;
+    let mut shut = false;
+    let mut headless = true;
+    let result = loop {
+        // The conditions are read when a round of waiting starts; a head may complete
+        // during it, so the branches look again before they close anything.
+        tokio::select! {
+            r = conn.as_mut() => break r,
+            () = &mut first_head, if headless => {
+                headless = false;
+                if !activity.seen_request() {
+                    // Closed without an answer, as nginx does: there is no request to
+                    // answer.
+                    break Ok(());
+                }
+            }
+            () = evict.notified(), if headless => {
+                if !activity.seen_request() {
+                    break Ok(());
+                }
+            }
+            () = stops.wait(), if !draining => {
+                draining = true;
+                activity.draining.store(true, Ordering::Relaxed);
+                if activity.h2.load(Ordering::Relaxed) {
+                    shut = true;
+                    conn.as_mut().graceful_shutdown();
+                } else {
+                    idle.as_mut().reset(tokio::time::Instant::now());
+                }
+            }
+            () = &mut idle, if !shut => {
+                let limit = if draining { DRAIN_IDLE.min(limits.idle_timeout) } else { limits.idle_timeout };
+                match activity.idle_for() {
+                    Some(idle_for) if idle_for >= limit => {
+                        shut = true;
+                        if !draining {
+                            shared.connections.idle_closed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    Some(idle_for) => idle.as_mut().reset(tokio::time::Instant::now() + (limit - idle_for)),
+                    None => idle.as_mut().reset(tokio::time::Instant::now() + limit),
+                }
+            }
+        }
+    };
+    if let Some((shared, ticket)) = &activity.pending {
+        shared.connections.pending.leave(ticket);
+    }
+    if let Err(e) = result {
+        note_error(&shared, peer, e.as_ref());
+    }
+    shared.connections.open.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Connection errors: a malformed request (hyper has answered it with a 4xx) is
+/// counted and logged; a client that went away is not news.
+fn note_error(shared: &Shared, peer: SocketAddr, e: &(dyn std::error::Error + 'static)) {
+    if let Some(h) = e.downcast_ref::<hyper::Error>() {
+        if h.is_parse() || h.is_parse_too_large() || h.is_parse_status() {
+            shared.connections.malformed.fetch_add(1, Ordering::Relaxed);
+            static MALFORMED: Throttle = Throttle::per_second();
+            MALFORMED.warn(format_args!("{peer}: malformed request: {h}"));
+            return;
+        }
+        if h.is_timeout() {
+            log::debug!("{peer}: timed out: {h}");
+            return;
+        }
+    }
+    log::debug!("{peer}: connection ended: {e}");
+}

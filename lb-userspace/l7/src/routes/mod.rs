@@ -1,0 +1,598 @@
+//! Compiled routes: eskip routes checked and turned into a table that matches
+//! requests. Unknown predicates and filters, wrong argument counts or types and bad
+//! regexps are errors with the route's id and position, so a route file either loads
+//! whole or not at all.
+//!
+//! Paths are matched in their routing form (decoded, dot segments resolved: see
+//! [`path`]), so no encoding of a path gets past a path predicate.
+//!
+//! Order: a path predicate selects first, most specific first (an exact `Path`, then
+//! patterns with `:params`, then `*` wildcards and `PathSubtree`s with longer literal
+//! prefixes first, then routes without a path); among equals, more predicates win and
+//! `Weight(n)` adds `n`; the file order breaks the remaining ties.
+
+mod args;
+pub mod filter;
+pub mod key;
+pub mod path;
+pub mod predicate;
+pub mod query;
+#[cfg(test)]
+mod tests;
+
+use std::{collections::HashMap, sync::Arc, time::SystemTime};
+
+use arc_swap::ArcSwap;
+use args::Args;
+pub use filter::{Exchange, Filter, Served};
+pub use key::{KeySource, KeyTemplate};
+use predicate::{PathMatch, Predicate, RequestView};
+
+use super::{
+    accesslog::StatusSet,
+    balance::{Algorithm, Balancer, EndpointSet, EndpointSpec, Registry},
+    eskip::{self, Pos},
+};
+use lb_model::fadein::FadeIn;
+
+/// A route that does not compile.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {}, column {}: route {route}: {message}", pos.line, pos.column)]
+pub struct RouteError {
+    /// Where.
+    pub pos: Pos,
+    /// The route's id.
+    pub route: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Why route text was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RoutesError {
+    /// A syntax error.
+    #[error(transparent)]
+    Parse(#[from] eskip::ParseError),
+    /// A route that parsed but is wrong.
+    #[error(transparent)]
+    Route(#[from] RouteError),
+}
+
+/// Where a route's requests go.
+#[derive(Debug)]
+pub enum Backend {
+    /// `<shunt>`: the filters answer (404 if none did).
+    Shunt,
+    /// A network backend (a pool of one) or a load-balanced list.
+    Pool(Arc<Pool>),
+}
+
+/// A route's endpoints and how it picks among them.
+#[derive(Debug)]
+pub struct Pool {
+    /// The algorithm and its state (kept across reloads for an unchanged route).
+    pub balancer: Arc<Balancer>,
+    /// The endpoints now; swapped whole on updates.
+    pub set: ArcSwap<EndpointSet>,
+    /// `Some` for `<algorithm>` without URLs: the service's endpoints, kept current by
+    /// [`RouteTable::set_service_endpoints`].
+    service: bool,
+    /// The route's `fadeIn`.
+    fade: Option<FadeIn>,
+    /// `endpointCreated` times by authority.
+    created: HashMap<String, SystemTime>,
+    /// `consistentHashKey`.
+    pub key: Option<KeyTemplate>,
+}
+
+/// One compiled route.
+#[derive(Debug)]
+pub struct Route {
+    /// Id.
+    pub id: String,
+    path: Option<PathMatch>,
+    predicates: Vec<Predicate>,
+    /// Filters acting per request, in order.
+    pub filters: Vec<Filter>,
+    /// Backend.
+    pub backend: Backend,
+    /// `enableAccessLog`/`disableAccessLog`, if the route has one (last wins).
+    pub access_log: Option<StatusSet>,
+    /// `maskAccessLogQuery` keys.
+    pub mask_query: Arc<[String]>,
+    /// The route as written (canonical eskip), for explaining.
+    pub source: String,
+    order: (u8, usize, f64, usize),
+}
+
+impl Route {
+    /// Whether the request satisfies every predicate; `req.path` is the routing form.
+    pub fn matches(&self, req: &RequestView<'_>) -> bool {
+        self.path.as_ref().is_none_or(|p| p.matches(req.path))
+            && self.predicates.iter().all(|p| p.matches(req))
+    }
+
+    /// Whether a `Method` or `Methods` predicate names CONNECT: only such a route
+    /// tunnels; a CONNECT that reaches any other gets 405.
+    pub fn allows_connect(&self) -> bool {
+        self.predicates
+            .iter()
+            .any(|p| matches!(p, Predicate::Methods(m) if m.contains(&http::Method::CONNECT)))
+    }
+}
+
+/// A service's routes, in match order.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    routes: Vec<Route>,
+}
+
+/// What routes are compiled against.
+#[derive(Debug)]
+pub struct Context<'a> {
+    /// Shared endpoint counters.
+    pub registry: &'a Registry,
+    /// The service's endpoints (for `<algorithm>` without URLs).
+    pub service_endpoints: &'a [EndpointSpec],
+    /// The table being replaced: unchanged routes keep their balancer state.
+    pub previous: Option<&'a RouteTable>,
+    /// Now.
+    pub now: SystemTime,
+}
+
+impl RouteTable {
+    /// Parses and compiles route text.
+    ///
+    /// # Errors
+    /// The first syntax or route error.
+    pub fn parse(text: &str, cx: &Context<'_>) -> Result<Self, RoutesError> {
+        let parsed = eskip::parse(text)?;
+        Ok(Self::compile(&parsed, cx)?)
+    }
+
+    /// Compiles parsed routes.
+    ///
+    /// # Errors
+    /// The first route that is wrong; duplicate ids too.
+    pub fn compile(parsed: &[eskip::Route], cx: &Context<'_>) -> Result<Self, RouteError> {
+        let mut routes = Vec::with_capacity(parsed.len());
+        let mut ids = std::collections::HashSet::new();
+        for (index, r) in parsed.iter().enumerate() {
+            if !ids.insert(r.id.as_str()) {
+                return Err(RouteError {
+                    pos: r.pos,
+                    route: r.id.clone(),
+                    message: "duplicate route id".into(),
+                });
+            }
+            routes.push(compile_route(r, index, cx)?);
+        }
+        routes.sort_by(|a, b| {
+            let (ka, kb) = (a.order, b.order);
+            kb.0.cmp(&ka.0)
+                .then(kb.1.cmp(&ka.1))
+                .then(kb.2.total_cmp(&ka.2))
+                .then(ka.3.cmp(&kb.3))
+        });
+        Ok(Self { routes })
+    }
+
+    /// The default table of a service without routes: `* -> <roundRobin>` over the
+    /// service's endpoints.
+    pub fn service_default(cx: &Context<'_>) -> Self {
+        Self::parse("default: * -> <roundRobin>;", cx).unwrap_or_default()
+    }
+
+    /// The first route the request matches. `req.path` is the path as the client sent
+    /// it; it is matched in its routing form ([`path::routing_path`]), and one with a
+    /// malformed escape matches nothing.
+    pub fn find(&self, req: &RequestView<'_>) -> Option<&Route> {
+        let routed = path::routing_path(req.path).ok()?;
+        self.find_routed(&RequestView {
+            path: &routed,
+            ..*req
+        })
+    }
+
+    /// Like [`RouteTable::find`] for a request whose `path` is already the routing
+    /// form. Decoding is not idempotent (`%2569` → `%69` → `i`), so a decoded path must
+    /// never go through [`RouteTable::find`] again.
+    pub fn find_routed(&self, req: &RequestView<'_>) -> Option<&Route> {
+        self.routes.iter().find(|r| r.matches(req))
+    }
+
+    /// The routes in match order.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// Gives the routes that balance over the service's endpoints a new set.
+    pub fn set_service_endpoints(
+        &self,
+        specs: &[EndpointSpec],
+        registry: &Registry,
+        now: SystemTime,
+    ) {
+        for r in &self.routes {
+            if let Backend::Pool(pool) = &r.backend
+                && pool.service
+            {
+                pool.set.store(Arc::new(pool.build(specs, registry, now)));
+            }
+        }
+    }
+
+    fn balancer_of(&self, id: &str, algorithm: Algorithm) -> Option<Arc<Balancer>> {
+        self.routes
+            .iter()
+            .find(|r| r.id == id)
+            .and_then(|r| match &r.backend {
+                Backend::Pool(p) if p.balancer.algorithm() == algorithm => {
+                    Some(Arc::clone(&p.balancer))
+                }
+                _ => None,
+            })
+    }
+}
+
+impl Pool {
+    /// The consistent-hash key of a request: the route's `consistentHashKey`, or the
+    /// client address (`src.source`) when there is no template or it comes out empty.
+    /// The proxy and `lbctl routes` both use this, so a prediction is the real pick.
+    pub fn key_hash(&self, src: &KeySource<'_>) -> u64 {
+        self.key
+            .as_ref()
+            .and_then(|k| k.hash(src))
+            .unwrap_or_else(|| {
+                super::balance::rng::fnv(super::balance::rng::FNV_START, src.source.as_bytes())
+            })
+    }
+
+    fn build(&self, specs: &[EndpointSpec], registry: &Registry, now: SystemTime) -> EndpointSet {
+        if self.created.is_empty() {
+            return EndpointSet::build(specs, self.fade, registry, now);
+        }
+        let specs: Vec<EndpointSpec> = specs
+            .iter()
+            .map(|s| EndpointSpec {
+                created: self.created.get(&s.authority).copied().or(s.created),
+                ..s.clone()
+            })
+            .collect();
+        EndpointSet::build(&specs, self.fade, registry, now)
+    }
+}
+
+/// Route-level settings gathered from the filters.
+#[derive(Default)]
+struct Settings {
+    access_log: Option<StatusSet>,
+    mask_query: Vec<String>,
+    fade: Option<FadeIn>,
+    created: HashMap<String, SystemTime>,
+    key: Option<KeyTemplate>,
+    balance_factor: Option<f64>,
+}
+
+fn compile_route(r: &eskip::Route, index: usize, cx: &Context<'_>) -> Result<Route, RouteError> {
+    let mut path = None;
+    let mut predicates = Vec::new();
+    let mut weight = 0.0;
+    for call in &r.predicates {
+        let a = Args { call, route: &r.id };
+        let pred = match call.name.as_str() {
+            "Path" | "PathSubtree" => {
+                a.count(1, 1, "one path")?;
+                if path.is_some() {
+                    return Err(a.fail("a route takes one Path or PathSubtree"));
+                }
+                let text = a.str(0)?;
+                let m = if call.name == "Path" { PathMatch::pattern(text) } else { PathMatch::subtree(text) };
+                path = Some(m.map_err(|e| a.fail(e))?);
+                continue;
+            }
+            "PathRegexp" => {
+                a.count(1, 1, "one regexp")?;
+                Predicate::PathRegexp(a.regex(0)?)
+            }
+            "Host" => {
+                a.count(1, 1, "one regexp")?;
+                Predicate::Host(a.regex(0)?)
+            }
+            "Method" | "Methods" => {
+                a.count(1, usize::MAX, "one or more methods")?;
+                let mut methods = Vec::new();
+                for i in 0..a.len() {
+                    let m = a.str(i)?;
+                    methods.push(http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| a.fail(format!("{m:?} is not a method")))?);
+                }
+                if call.name == "Method" && methods.len() != 1 {
+                    return Err(a.fail("takes one method (use Methods for several)"));
+                }
+                Predicate::Methods(methods)
+            }
+            "Header" => {
+                a.count(2, 2, "a name and a value")?;
+                Predicate::Header(a.header_name(0)?, a.str(1)?.to_owned())
+            }
+            "HeaderRegexp" => {
+                a.count(2, 2, "a name and a regexp")?;
+                Predicate::HeaderRegexp(a.header_name(0)?, a.regex(1)?)
+            }
+            "Weight" => {
+                a.count(1, 1, "one number")?;
+                weight += a.num(0)?;
+                continue;
+            }
+            "True" | "False" => {
+                a.count(0, 0, "no arguments")?;
+                Predicate::Const(call.name == "True")
+            }
+            other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False)"))),
+        };
+        predicates.push(pred);
+    }
+    let mut filters = Vec::new();
+    let mut settings = Settings::default();
+    for call in &r.filters {
+        if let Some(f) = compile_filter(&Args { call, route: &r.id }, &mut settings)? {
+            filters.push(f);
+        }
+    }
+    let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx)?;
+    let (class, literal) = path.as_ref().map_or((0, 0), PathMatch::specificity);
+    let count = predicates.len() + usize::from(path.is_some());
+    Ok(Route {
+        id: r.id.clone(),
+        path,
+        predicates,
+        filters,
+        backend,
+        access_log: settings.access_log,
+        mask_query: settings.mask_query.into(),
+        source: r.to_string(),
+        order: (class, literal, count as f64 + weight, index),
+    })
+}
+
+/// A filter that acts per request, or `None` for one that configures the route.
+fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, RouteError> {
+    Ok(Some(match a.call.name.as_str() {
+        "status" => {
+            a.count(1, 1, "one status code")?;
+            Filter::Status(a.status(0)?)
+        }
+        "inlineContent" => {
+            a.count(1, 2, "a body and an optional content type")?;
+            let body = a.str(0)?;
+            let content_type = if a.len() == 2 {
+                a.header_value(1)?
+            } else {
+                http::HeaderValue::from_static(sniff(body))
+            };
+            Filter::InlineContent {
+                body: bytes::Bytes::copy_from_slice(body.as_bytes()),
+                content_type,
+            }
+        }
+        "setQuery" => {
+            a.count(2, 2, "a key and a value")?;
+            Filter::SetQuery(a.str(0)?.to_owned(), a.str(1)?.to_owned())
+        }
+        "modPath" => {
+            a.count(2, 2, "a regexp and a replacement")?;
+            Filter::ModPath(a.regex(0)?, a.str(1)?.to_owned())
+        }
+        "redirectTo" => {
+            a.count(1, 2, "a status and an optional location")?;
+            let status = a.status(0)?;
+            if !status.is_redirection() {
+                return Err(a.fail(format!("{status} is not a redirect status (3xx)")));
+            }
+            let loc = if a.len() == 2 {
+                filter::Location::parse(a.str(1)?).map_err(|e| a.fail(e))?
+            } else {
+                filter::Location::default()
+            };
+            Filter::RedirectTo(status, loc)
+        }
+        "setRequestHeader" | "setResponseHeader" => {
+            a.count(2, 2, "a name and a value")?;
+            let (k, v) = (a.header_name(0)?, a.header_value(1)?);
+            if a.call.name == "setRequestHeader" {
+                Filter::SetRequestHeader(k, v)
+            } else {
+                Filter::SetResponseHeader(k, v)
+            }
+        }
+        "setPath" => {
+            a.count(1, 1, "one path")?;
+            let p = a.str(0)?;
+            if !p.starts_with('/') {
+                return Err(a.fail(format!("{p:?} must start with `/`")));
+            }
+            Filter::SetPath(p.to_owned())
+        }
+        "stripQuery" => {
+            a.count(0, 0, "no arguments")?;
+            Filter::StripQuery
+        }
+        "enableAccessLog" | "disableAccessLog" => {
+            let nums = (0..a.len())
+                .map(|i| a.num(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            s.access_log = Some(
+                StatusSet::from_rule(a.call.name == "enableAccessLog", &nums)
+                    .map_err(|e| a.fail(e))?,
+            );
+            return Ok(None);
+        }
+        "maskAccessLogQuery" => {
+            a.count(1, usize::MAX, "one or more query keys")?;
+            s.mask_query.extend(a.strings()?);
+            return Ok(None);
+        }
+        "fadeIn" => {
+            a.count(1, 2, "a duration and an optional exponent")?;
+            let window = a.duration(0)?;
+            let exponent = if a.len() == 2 { a.num(1)? } else { 1.0 };
+            if !(exponent.is_finite() && exponent > 0.0) {
+                return Err(a.fail(format!("exponent {exponent} must be > 0")));
+            }
+            s.fade = Some(FadeIn {
+                window,
+                exponent,
+                min_weight: 0.01,
+            });
+            return Ok(None);
+        }
+        "endpointCreated" => {
+            a.count(2, 2, "an endpoint URL and a time")?;
+            let authority = endpoint_authority(a.str(0)?).map_err(|e| a.fail(e))?;
+            let when = a.time(1)?;
+            s.created.insert(authority, when);
+            return Ok(None);
+        }
+        "consistentHashKey" => {
+            a.count(1, 1, "one key template")?;
+            s.key = Some(KeyTemplate::parse(a.str(0)?).map_err(|e| a.fail(e))?);
+            return Ok(None);
+        }
+        "consistentHashBalanceFactor" => {
+            a.count(1, 1, "one number")?;
+            let f = a.num(0)?;
+            if !(f.is_finite() && f >= 1.0) {
+                return Err(a.fail(format!("{f} must be at least 1")));
+            }
+            s.balance_factor = Some(f);
+            return Ok(None);
+        }
+        other => return Err(a.fail(format!("unknown filter `{other}`"))),
+    }))
+}
+
+fn compile_backend(
+    r: &eskip::Route,
+    _fade: bool,
+    s: &mut Settings,
+    cx: &Context<'_>,
+) -> Result<Backend, RouteError> {
+    let fail = |message: String| RouteError {
+        pos: r.backend_pos,
+        route: r.id.clone(),
+        message,
+    };
+    let (algorithm, urls, service) = match &r.backend {
+        eskip::Backend::Shunt => return Ok(Backend::Shunt),
+        eskip::Backend::Network(url) => (Algorithm::RoundRobin, std::slice::from_ref(url), false),
+        eskip::Backend::LoadBalanced {
+            algorithm,
+            endpoints,
+        } => {
+            let algo = match algorithm.as_deref() {
+                None => Algorithm::RoundRobin,
+                Some(name) => Algorithm::from_name(name).ok_or_else(|| fail(format!("unknown algorithm `{name}` (roundRobin, random, consistentHash, powerOfRandomNChoices, leastConnections)")))?,
+            };
+            (algo, endpoints.as_slice(), endpoints.is_empty())
+        }
+    };
+    let algorithm = match algorithm {
+        Algorithm::ConsistentHash { .. } => Algorithm::ConsistentHash {
+            balance_factor: s.balance_factor,
+        },
+        other => other,
+    };
+    let mut specs = Vec::with_capacity(urls.len());
+    for url in urls {
+        let authority = endpoint_authority(url).map_err(fail)?;
+        specs.push(EndpointSpec {
+            created: s.created.get(&authority).copied(),
+            authority,
+            weight: 1,
+        });
+    }
+    let balancer = cx
+        .previous
+        .and_then(|p| p.balancer_of(&r.id, algorithm))
+        .unwrap_or_else(|| Arc::new(Balancer::new(algorithm)));
+    let pool = Pool {
+        balancer,
+        set: ArcSwap::from_pointee(EndpointSet::default()),
+        service,
+        fade: s.fade,
+        created: std::mem::take(&mut s.created),
+        key: s.key.take(),
+    };
+    let initial = if service {
+        cx.service_endpoints
+    } else {
+        &specs
+    };
+    pool.set
+        .store(Arc::new(pool.build(initial, cx.registry, cx.now)));
+    Ok(Backend::Pool(Arc::new(pool)))
+}
+
+/// `http://host[:port][/]` → `host:port`. Other schemes and paths are refused: the
+/// proxy speaks plain HTTP to its backends and does not prefix paths.
+pub fn endpoint_authority(url: &str) -> Result<String, String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        if url.starts_with("https://") {
+            format!("{url:?}: https backends are not supported (plain http only)")
+        } else {
+            format!("{url:?} is not an http:// URL")
+        }
+    })?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if !(path.is_empty() || path == "/") {
+        return Err(format!("{url:?}: backend URLs cannot have a path"));
+    }
+    if authority.is_empty() {
+        return Err(format!("{url:?} has no host"));
+    }
+    let has_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.ends_with(':') && !p.contains(']') && p.parse::<u16>().is_ok());
+    Ok(if has_port {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    })
+}
+
+/// The Content-Type skipper's `inlineContent` gives a body without one: Go's content
+/// sniffing, for the HTML tags it knows and plain text otherwise.
+fn sniff(body: &str) -> &'static str {
+    const TAGS: [&str; 17] = [
+        "!doctype html",
+        "html",
+        "head",
+        "script",
+        "iframe",
+        "h1",
+        "div",
+        "font",
+        "table",
+        "a",
+        "style",
+        "title",
+        "b",
+        "body",
+        "br",
+        "p",
+        "!--",
+    ];
+    let t = body.trim_start().as_bytes();
+    let html = t.first() == Some(&b'<')
+        && TAGS.iter().any(|tag| {
+            let n = tag.len();
+            t.len() > n + 1
+                && t[1..=n].eq_ignore_ascii_case(tag.as_bytes())
+                && (tag == &"!--" || matches!(t[n + 1], b' ' | b'>'))
+        });
+    if html {
+        "text/html; charset=utf-8"
+    } else {
+        "text/plain; charset=utf-8"
+    }
+}

@@ -1,0 +1,430 @@
+use std::time::SystemTime;
+
+use http::{HeaderMap, Method, StatusCode};
+
+use super::{filter::on_request, predicate::RequestView, *};
+
+fn parse(text: &str) -> Result<RouteTable, RoutesError> {
+    let registry = Registry::default();
+    let cx = Context {
+        registry: &registry,
+        service_endpoints: &[],
+        previous: None,
+        now: SystemTime::now(),
+    };
+    RouteTable::parse(text, &cx)
+}
+
+fn table(text: &str) -> RouteTable {
+    parse(text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn error(text: &str) -> String {
+    parse(text).expect_err(text).to_string()
+}
+
+fn route_for<'t>(
+    t: &'t RouteTable,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> Option<&'t str> {
+    t.find(&RequestView {
+        method,
+        path,
+        host: "example.org",
+        headers,
+    })
+    .map(|r| r.id.as_str())
+}
+
+#[test]
+fn path_specificity_then_predicate_count_then_file_order() {
+    let t = table(
+        r#"
+        all: * -> <shunt>;
+        api: PathSubtree("/api") -> <shunt>;
+        apiPost: PathSubtree("/api") && Method("POST") -> <shunt>;
+        user: Path("/api/users/:id") -> <shunt>;
+        exact: Path("/api/users/me") -> <shunt>;
+        rest: Path("/files/*path") -> <shunt>;
+        heavy: PathRegexp(/^\/x/) && Weight(5) -> <shunt>;
+        light: PathRegexp(/^\/x/) && Header("X-A", "1") -> <shunt>;
+        tie1: Host(/^t\./) -> <shunt>;
+        tie2: Host(/^t\./) -> <shunt>;
+        off: False() -> <shunt>;
+    "#,
+    );
+    let h = HeaderMap::new();
+    let mut xa = HeaderMap::new();
+    xa.insert("x-a", http::HeaderValue::from_static("1"));
+    let get = Method::GET;
+    assert_eq!(route_for(&t, &get, "/api/users/me", &h), Some("exact"));
+    assert_eq!(route_for(&t, &get, "/api/users/42", &h), Some("user"));
+    assert_eq!(
+        route_for(&t, &get, "/api/users/", &h),
+        Some("api"),
+        ":id needs a non-empty segment"
+    );
+    assert_eq!(route_for(&t, &get, "/api/users/42/x", &h), Some("api"));
+    assert_eq!(
+        route_for(&t, &Method::POST, "/api/orders", &h),
+        Some("apiPost")
+    );
+    assert_eq!(route_for(&t, &get, "/api", &h), Some("api"));
+    assert_eq!(
+        route_for(&t, &get, "/apis", &h),
+        Some("all"),
+        "a subtree ends at a segment"
+    );
+    assert_eq!(route_for(&t, &get, "/files/", &h), Some("rest"));
+    assert_eq!(route_for(&t, &get, "/files/a/b/c", &h), Some("rest"));
+    assert_eq!(
+        route_for(&t, &get, "/x1", &xa),
+        Some("heavy"),
+        "Weight(5) beats one more predicate"
+    );
+    let tt = t
+        .find(&RequestView {
+            method: &get,
+            path: "/q",
+            host: "t.example",
+            headers: &h,
+        })
+        .map(|r| r.id.as_str());
+    assert_eq!(tt, Some("tie1"), "file order breaks ties");
+}
+
+#[test]
+fn compile_errors_name_route_position_and_problem() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "r: Foo() -> <shunt>;",
+            "line 1, column 4: route r: Foo: unknown predicate `Foo`",
+        ),
+        (
+            "r: * -> bar() -> <shunt>;",
+            "line 1, column 9: route r: bar: unknown filter `bar`",
+        ),
+        (
+            "r: * ->\n  status(\"x\") -> <shunt>;",
+            "line 2, column 3: route r: status: argument 1 must be a number, not a string",
+        ),
+        (
+            "r: * -> status(700) -> <shunt>;",
+            "line 1, column 9: route r: status: 700 is not an HTTP status (100-599)",
+        ),
+        (
+            "r: * -> setQuery(\"a\") -> <shunt>;",
+            "line 1, column 9: route r: setQuery: takes a key and a value, got 1 argument",
+        ),
+        (
+            "r: PathRegexp(/(/) -> <shunt>;",
+            "line 1, column 4: route r: PathRegexp: argument 1: bad regexp",
+        ),
+        (
+            "r: * -> <fastest, \"http://a:1\">;",
+            "line 1, column 9: route r: unknown algorithm `fastest`",
+        ),
+        (
+            "r: * -> \"https://a:1\";",
+            "https backends are not supported",
+        ),
+        (
+            "r: * -> \"http://a:1/prefix\";",
+            "backend URLs cannot have a path",
+        ),
+        (
+            "r: * -> redirectTo(200) -> <shunt>;",
+            "200 OK is not a redirect status (3xx)",
+        ),
+        (
+            "r: * -> <shunt>;\nr: * -> <shunt>;",
+            "line 2, column 1: route r: duplicate route id",
+        ),
+        (
+            "r: Path(\"a\") -> <shunt>;",
+            "path \"a\" must start with `/`",
+        ),
+        (
+            "r: Path(\"/a/*b/c\") -> <shunt>;",
+            "wildcard must be the last segment",
+        ),
+        (
+            "r: * -> consistentHashKey(\"${request.x}\") -> <consistentHash>;",
+            "unknown placeholder ${request.x}",
+        ),
+        (
+            "r: * -> fadeIn(\"3 fortnights\") -> <shunt>;",
+            "line 1, column 9: route r: fadeIn:",
+        ),
+    ];
+    for (text, want) in cases {
+        let got = error(text);
+        assert!(
+            got.contains(want),
+            "{text:?}: {got:?} does not contain {want:?}"
+        );
+    }
+}
+
+fn run(text: &str, path: &str, query: &str) -> Exchange {
+    let t = table(text);
+    let route = &t.routes()[0];
+    let mut ex = Exchange {
+        path: path.into(),
+        query: query.into(),
+        ..Exchange::default()
+    };
+    on_request(&route.filters, &mut ex, "http", "lb.example:8080");
+    ex
+}
+
+fn location(ex: &Exchange) -> (u16, &str) {
+    match &ex.served {
+        Some(Served::Redirect { status, location }) => (status.as_u16(), location.as_str()),
+        other => panic!("not a redirect: {other:?}"),
+    }
+}
+
+#[test]
+fn redirects_keep_or_replace_path_and_query_like_skipper() {
+    let r3 = r#"r3: * -> redirectTo(308, "http://127.0.0.1:9999") -> <shunt>;"#;
+    assert_eq!(
+        location(&run(r3, "/a/b", "x=1")),
+        (308, "http://127.0.0.1:9999/a/b?x=1")
+    );
+    assert_eq!(location(&run(r3, "/", "")), (308, "http://127.0.0.1:9999/"));
+    let r4 = r#"r4: Path("/a/base/") -> modPath("/a/base/", "/my/new/base/") -> redirectTo(308, "https://another-example.com") -> <shunt>;"#;
+    assert_eq!(
+        location(&run(r4, "/a/base/", "q=2")),
+        (308, "https://another-example.com/my/new/base/?q=2")
+    );
+    let with_path = r#"r: * -> redirectTo(301, "https://b.example/new?fixed=1") -> <shunt>;"#;
+    assert_eq!(
+        location(&run(with_path, "/old", "x=1")),
+        (301, "https://b.example/new?fixed=1")
+    );
+    let path_only = r#"r: * -> redirectTo(302, "/elsewhere") -> <shunt>;"#;
+    assert_eq!(
+        location(&run(path_only, "/old", "x=1")),
+        (302, "http://lb.example:8080/elsewhere?x=1")
+    );
+}
+
+#[test]
+fn request_filters_rewrite_in_order_and_inline_content_stops_them() {
+    let ex = run(
+        r#"r: * -> setQuery("lang", "pt") -> setPath("/p") -> setRequestHeader("X-A", "1") -> "http://198.18.0.1:80";"#,
+        "/x",
+        "b=2&a=1",
+    );
+    assert_eq!(
+        (ex.path.as_str(), ex.query.as_str()),
+        ("/p", "a=1&b=2&lang=pt")
+    );
+    assert_eq!(ex.request_headers.len(), 1);
+    let ex = run(
+        r#"r: * -> stripQuery() -> modPath(/o+/, "0") -> <shunt>;"#,
+        "/foo/boo",
+        "a=1",
+    );
+    assert_eq!((ex.path.as_str(), ex.query.as_str()), ("/f0/b0", ""));
+    let ex = run(
+        r#"r: * -> status(201) -> inlineContent("Hello world!") -> setQuery("never", "run") -> <shunt>;"#,
+        "/",
+        "",
+    );
+    assert!(
+        matches!(&ex.served, Some(Served::Inline { body, content_type }) if body == "Hello world!" && content_type == "text/plain; charset=utf-8")
+    );
+    assert_eq!((ex.ran, ex.query.as_str()), (2, ""));
+    let t = table(r#"r: * -> status(201) -> inlineContent("x") -> <shunt>;"#);
+    let mut status = StatusCode::OK;
+    let mut headers = HeaderMap::new();
+    filter::on_response(&t.routes()[0].filters, 2, &mut status, &mut headers);
+    assert_eq!(status, StatusCode::CREATED);
+    let html = run(
+        r#"r: * -> inlineContent("<h1>Hi</h1>") -> <shunt>;"#,
+        "/",
+        "",
+    );
+    assert!(
+        matches!(&html.served, Some(Served::Inline { content_type, .. }) if content_type == "text/html; charset=utf-8")
+    );
+}
+
+#[test]
+fn route_settings_and_backends_compile() {
+    let t = table(
+        r#"
+        lb: Path("/lb") -> fadeIn("3m", 2) -> endpointCreated("http://198.18.0.2:80", "2024-01-02T15:04:05Z")
+            -> disableAccessLog(2, 404) -> maskAccessLogQuery("token")
+            -> consistentHashKey("${request.header.X-User}") -> consistentHashBalanceFactor(1.5)
+            -> <consistentHash, "http://198.18.0.1", "http://198.18.0.2:80">;
+        svc: * -> enableAccessLog() -> <powerOfRandomNChoices>;
+    "#,
+    );
+    let lb = &t.routes()[0];
+    assert!(
+        lb.filters.is_empty(),
+        "settings are not per-request filters"
+    );
+    let log = lb.access_log.expect("has a rule");
+    assert!(!log.contains(200) && !log.contains(404) && log.contains(500));
+    assert_eq!(&lb.mask_query[..], ["token".to_owned()]);
+    let Backend::Pool(pool) = &lb.backend else {
+        panic!("a pool")
+    };
+    assert_eq!(
+        pool.balancer.algorithm(),
+        Algorithm::ConsistentHash {
+            balance_factor: Some(1.5)
+        }
+    );
+    let set = pool.set.load();
+    let names: Vec<&str> = set.endpoints().iter().map(|e| &*e.authority).collect();
+    assert_eq!(names, ["198.18.0.1:80", "198.18.0.2:80"]);
+    assert_eq!(
+        set.endpoints()[1].created,
+        lb_model::units::parse_rfc3339("2024-01-02T15:04:05Z").expect("valid")
+    );
+    assert!(pool.key.is_some());
+    let Backend::Pool(svc) = &t.routes()[1].backend else {
+        panic!("a pool")
+    };
+    assert!(svc.set.load().is_empty(), "service endpoints arrive later");
+    let registry = Registry::default();
+    let specs = vec![EndpointSpec {
+        authority: "198.18.0.9:8080".into(),
+        weight: 2,
+        created: None,
+    }];
+    t.set_service_endpoints(&specs, &registry, SystemTime::now());
+    assert_eq!(svc.set.load().len(), 1);
+    assert_eq!(
+        &*pool.set.load().endpoints()[0].authority,
+        "198.18.0.1:80",
+        "listed endpoints untouched"
+    );
+}
+
+#[test]
+fn reload_keeps_the_balancer_of_an_unchanged_route() {
+    let registry = Registry::default();
+    let now = SystemTime::now();
+    let text = r#"a: * -> <"http://198.18.0.1:80", "http://198.18.0.2:80">;"#;
+    let cx = Context {
+        registry: &registry,
+        service_endpoints: &[],
+        previous: None,
+        now,
+    };
+    let first = RouteTable::parse(text, &cx).expect("valid");
+    let cx = Context {
+        previous: Some(&first),
+        ..cx
+    };
+    let second = RouteTable::parse(text, &cx).expect("valid");
+    let (Backend::Pool(a), Backend::Pool(b)) =
+        (&first.routes()[0].backend, &second.routes()[0].backend)
+    else {
+        panic!("pools")
+    };
+    assert!(Arc::ptr_eq(&a.balancer, &b.balancer));
+}
+
+#[test]
+fn endpoint_urls() {
+    assert_eq!(
+        endpoint_authority("http://127.0.0.1:8080/"),
+        Ok("127.0.0.1:8080".into())
+    );
+    assert_eq!(
+        endpoint_authority("http://backend"),
+        Ok("backend:80".into())
+    );
+    assert_eq!(
+        endpoint_authority("http://[2001:db8::1]:81"),
+        Ok("[2001:db8::1]:81".into())
+    );
+    assert_eq!(
+        endpoint_authority("http://[2001:db8::1]"),
+        Ok("[2001:db8::1]:80".into())
+    );
+    assert!(endpoint_authority("ftp://x").is_err());
+}
+
+/// Issue 14's route arguments, which panicked converting to a `Duration` or slicing a
+/// time: each is an error at the filter's position saying what is out of range.
+#[test]
+fn times_and_durations_out_of_range_are_route_errors() {
+    let created = |arg: &str| {
+        format!(
+            "r: * -> endpointCreated(\"http://198.18.0.2:80\", {arg}) -> <roundRobin, \"http://198.18.0.2:80\">;"
+        )
+    };
+    let fade =
+        |arg: &str| format!("r: * -> fadeIn({arg}) -> <roundRobin, \"http://198.18.0.2:80\">;");
+    let cases = [
+        (
+            created("\"2024-01-01T00:00:00+0\u{e9}00\""),
+            "endpointCreated: \"2024-01-01T00:00:00+0\u{e9}00\" is not an RFC 3339 time",
+        ),
+        (
+            created("\"2024-01-01T00:00:00+00\u{e9}0\""),
+            "is not an RFC 3339 time",
+        ),
+        (
+            created("\"2024-01-01T00:00:00+0\u{20ac}0\""),
+            "is not an RFC 3339 time",
+        ),
+        (
+            created("1e23"),
+            "endpointCreated: 100000000000000000000000 is not a time in Unix seconds",
+        ),
+        (
+            created("18446744073709551615"),
+            "is not a time in Unix seconds",
+        ),
+        (created("1e999"), "is not a time in Unix seconds"),
+        (
+            fade("99999999999999999999999999"),
+            "fadeIn: 100000000000000000000000000 ms is out of range",
+        ),
+        (fade("1e999"), "out of range"),
+        (
+            fade("\"99999999999999999999999s\""),
+            "fadeIn: \"99999999999999999999999s\" is out of range",
+        ),
+    ];
+    for (text, want) in cases {
+        let got = error(&text);
+        assert!(
+            got.starts_with("line 1, column 9: route r: "),
+            "{text}: {got}"
+        );
+        assert!(
+            got.contains(want),
+            "{text}: {got:?} does not contain {want:?}"
+        );
+    }
+    // Go's syntax, as skipper reads it; a number is milliseconds (skipper's rule).
+    for (arg, secs) in [
+        ("\"1m30s\"", 90.0),
+        ("\"1.5h\"", 5400.0),
+        ("\"300ms\"", 0.3),
+        ("\"2h45m\"", 9900.0),
+        ("3000", 3.0),
+    ] {
+        let t = table(&fade(arg));
+        let Backend::Pool(pool) = &t.routes()[0].backend else {
+            panic!("a pool")
+        };
+        assert_eq!(
+            pool.fade.map(|f| f.window.as_secs_f64()),
+            Some(secs),
+            "{arg}"
+        );
+    }
+}

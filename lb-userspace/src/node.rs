@@ -1,0 +1,240 @@
+//! lbd on a real node: the kernel data plane loaded and attached, the node's neighbour
+//! table and forwarding sysctls; start, leave running, shut down, clean up. The agent
+//! itself ([`lb_control::agent::Agent`]) knows nothing of the kernel; this is where it
+//! meets it.
+
+use std::{ffi::CString, net::IpAddr, path::Path};
+
+use lb_control::agent::{
+    Agent, AgentError, Host, Parts, dsr_backends, global_config, service_specs,
+};
+use lb_dataplane::{
+    bpffs,
+    kernel::{AttachOutcome, KernelDataplane, LINK_PIN},
+    maps::MapSet,
+    neighbour, possible_cpus,
+    sysctl::Forwarding,
+};
+use lb_model::{
+    config::ValidConfig,
+    dataplane::{MapOps as _, MapRead, Programmer, from_addr16},
+};
+
+/// The agent lbd runs: over the kernel's data plane, changing this node.
+pub type NodeAgent = Agent<KernelDataplane, KernelHost>;
+
+/// The node itself, as a reconcile changes it: managed neighbour entries for backends
+/// on the interface, forwarding enabled (with the previous values, to restore them).
+#[derive(Debug)]
+pub struct KernelHost {
+    ifindex: u32,
+    interface: String,
+    forwarding: Vec<Forwarding>,
+}
+
+impl Host for KernelHost {
+    fn keep_resolved(&mut self, addr: IpAddr) -> Result<(), AgentError> {
+        neighbour::ensure_managed(self.ifindex, addr).map_err(|source| AgentError::Neighbour {
+            addr,
+            interface: self.interface.clone(),
+            source,
+        })
+    }
+
+    fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
+        if self.forwarding.len() < 2 {
+            let f = enable_forwarding("ipv6", &self.interface)?;
+            self.forwarding.push(f);
+        }
+        Ok(())
+    }
+}
+
+/// Loads the data plane, programs every service, makes the kernel keep backend
+/// neighbours resolved, enables forwarding, then attaches — in that order, so the first
+/// packet already sees complete tables.
+///
+/// # Errors
+/// [`AgentError`] saying which step of loading or attaching failed; nothing stays
+/// attached in that case. Programming what the sources say is not among them (see
+/// [`Agent::assemble`]).
+///
+/// With a pin directory, a data plane left running by a previous agent is adopted: its
+/// maps (conntrack included) are reused, its services taken over, and its XDP link
+/// switched to the new program atomically.
+pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
+    let interface = config.node.interface.clone();
+    let ifindex = ifindex(&interface)?;
+    let pin_dir = config.node.pin_dir().map(Path::to_path_buf);
+    if let Some(dir) = &pin_dir {
+        bpffs::ensure(dir).map_err(|source| AgentError::PinDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    let mut dataplane = KernelDataplane::load_sized(pin_dir.as_deref(), &config.flow_tables)?;
+    let mut programmer = Programmer::default();
+    programmer.set_answer_ping(config.node.answer_ping);
+    let adopted = programmer.adopt(dataplane.maps())?;
+    if adopted > 0 {
+        log::info!("adopted {adopted} services from the pinned data plane");
+    }
+    dataplane.set_config(global_config(&config, possible_cpus()))?;
+    let host = KernelHost {
+        ifindex,
+        interface: interface.clone(),
+        forwarding: vec![enable_forwarding("ipv4", &interface)?],
+    };
+    let xdp_mode = config.node.xdp_mode;
+    let mut agent = Agent::assemble(config, dataplane, host, programmer);
+    let link_pin = pin_dir.as_ref().map(|d| d.join(LINK_PIN));
+    match agent
+        .dataplane_mut()
+        .attach(&interface, xdp_mode, link_pin.as_deref())?
+    {
+        AttachOutcome::Replaced => {
+            log::info!("took over the running XDP program on {interface}");
+        }
+        AttachOutcome::Attached => {}
+    }
+    // Flow tables of another shape were copied before the attach; the flows the
+    // previous program admitted since then are copied now.
+    agent.dataplane_mut().finish_migration()?;
+    Ok(agent)
+}
+
+/// Exits leaving the data plane running: pinned maps and link keep forwarding, with
+/// conntrack, until the next agent adopts them. Without a pin directory there is nothing
+/// to leave behind, so this is [`shutdown`].
+///
+/// # Errors
+/// As [`shutdown`] when pinning is off.
+pub fn leave_running(agent: NodeAgent) -> Result<(), AgentError> {
+    match agent.config().node.pin_dir() {
+        Some(dir) => {
+            log::info!(
+                "leaving the data plane running (pinned at {})",
+                dir.display()
+            );
+            Ok(())
+        }
+        None => shutdown(agent),
+    }
+}
+
+/// Tears everything down: detaches the program, removes the pins and the neighbour
+/// entries the agent made, and restores the interface's forwarding settings.
+///
+/// # Errors
+/// The detach failed (the program is still detached when the agent is dropped).
+pub fn shutdown(agent: NodeAgent) -> Result<(), AgentError> {
+    let Parts {
+        mut dataplane,
+        host,
+        config,
+        applied,
+        drained,
+    } = agent.into_parts();
+    dataplane.detach()?;
+    if let Some(dir) = config.node.pin_dir()
+        && let Err(err) = KernelDataplane::unpin_maps(dir)
+    {
+        log::warn!("removing map pins under {}: {err}", dir.display());
+    }
+    let mut made = dsr_backends(&applied);
+    made.extend(drained);
+    made.sort_unstable();
+    made.dedup();
+    for addr in made {
+        if let Err(err) = neighbour::remove(host.ifindex, addr) {
+            log::warn!("removing neighbour entry for {addr}: {err}");
+        }
+    }
+    for f in host.forwarding {
+        if let Err(err) = f.restore() {
+            log::warn!("restoring forwarding on {}: {err}", config.node.interface);
+        }
+    }
+    Ok(())
+}
+
+/// Removes a data plane that an agent left running (`lbd --cleanup`): the pinned XDP
+/// link (which detaches the program), the map pins and the backends' neighbour entries.
+///
+/// # Errors
+/// A pin that exists could not be removed.
+pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
+    let mut backends = dsr_backends(&service_specs(config));
+    if let Some(dir) = config.node.pin_dir() {
+        // What was programmed — from the file, EndpointSlices or etcd alike — is in
+        // the pinned maps; read it before the pins go.
+        if let Ok(maps) = MapSet::open_pinned(dir) {
+            backends.extend(programmed_backends(&maps));
+        }
+        let pin_error = |source| AgentError::PinDir {
+            path: dir.display().to_string(),
+            source,
+        };
+        match std::fs::remove_file(dir.join(LINK_PIN)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(pin_error(e)),
+            _ => {}
+        }
+        KernelDataplane::unpin_maps(dir).map_err(pin_error)?;
+    }
+    backends.sort_unstable();
+    backends.dedup();
+    if let Ok(index) = ifindex(&config.node.interface) {
+        for addr in backends {
+            if let Err(err) = neighbour::remove(index, addr) {
+                log::warn!("removing neighbour entry for {addr}: {err}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Backends in the lists of the `dsr` and `nat` services of a data plane: those whose
+/// neighbour entries lbd keeps resolved.
+fn programmed_backends(maps: &impl MapRead) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for (_, info) in maps.vips().unwrap_or_default() {
+        if lb_common::ForwardingMode::from_u32(info.mode) == Some(lb_common::ForwardingMode::L7) {
+            continue;
+        }
+        for i in 0..info.list_len {
+            let backend = maps
+                .list_entry(info.list_base + i)
+                .and_then(|id| maps.backend(id));
+            if let Ok(b) = backend {
+                out.push(from_addr16(b.addr));
+            }
+        }
+    }
+    out
+}
+
+fn enable_forwarding(family: &'static str, interface: &str) -> Result<Forwarding, AgentError> {
+    Forwarding::enable(family, interface).map_err(|source| AgentError::Sysctl {
+        family,
+        interface: interface.to_owned(),
+        source,
+    })
+}
+
+/// The interface index of `name` in the calling thread's network namespace.
+///
+/// # Errors
+/// [`AgentError::NoSuchInterface`].
+pub fn ifindex(name: &str) -> Result<u32, AgentError> {
+    let missing = || AgentError::NoSuchInterface {
+        name: name.to_owned(),
+    };
+    let c_name = CString::new(name).map_err(|_| missing())?;
+    // SAFETY: c_name is a valid NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
+    if index == 0 {
+        Err(missing())
+    } else {
+        Ok(index)
+    }
+}
