@@ -1,4 +1,5 @@
 //! `lbd` and `lbctl` are thin binaries over the lb-* crates (see README's layout):
 //! [`node`] is the one piece of their own, where the agent meets the kernel.
 
+pub mod check;
 pub mod node;

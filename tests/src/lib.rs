@@ -44,6 +44,26 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Returns from the calling test, saying so on the terminal, unless the process runs
+/// as root: the integration tests need network namespaces, XDP and bpf(2). `cargo
+/// xtask test` runs them as root; a plain `cargo test` as another user skips them
+/// rather than failing dozens of tests for want of privileges. The line goes straight
+/// to stderr (not through the test harness's capture), so it shows for passing tests.
+#[macro_export]
+macro_rules! needs_root {
+    () => {
+        if !$crate::is_root() {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped {}: needs root (network namespaces, XDP, bpf(2)); run `sudo cargo xtask test`",
+                module_path!()
+            );
+            return;
+        }
+    };
+}
+
 /// The workspace's target directory (honours `CARGO_TARGET_DIR`).
 pub fn target_dir() -> std::path::PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(

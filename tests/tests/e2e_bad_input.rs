@@ -12,7 +12,6 @@ use lb_testbed::{
     LbdProcess, Netns, Topology, TopologyOptions,
     etcd::{EtcdServer, plug_etcd_host},
     http::{client, get},
-    is_root,
     lbd::TempDir,
     topology::{VIP, backend_addr, plug},
     traffic::{Server, ServerKind, http_requests, serve_backends, udp_requests},
@@ -93,7 +92,7 @@ fn all_three_serve(topo: &Topology, lbd: &LbdProcess) {
 
 #[test]
 fn bad_slice_files_are_refused_and_lbd_forwards_on_and_restarts() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let _servers = serve_backends(&topo, |_| VIP.into(), &[(ServerKind::Http, 80)]);
     let slices = TempDir::new("bad-slices");
@@ -159,7 +158,7 @@ fn bad_slice_files_are_refused_and_lbd_forwards_on_and_restarts() {
 
 #[test]
 fn bad_etcd_keys_are_refused_by_both_nodes_which_forward_on_and_restart() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let lb2 = Netns::new("lb2");
     plug(
@@ -301,7 +300,7 @@ fn digest_list(lbd: &LbdProcess) -> Vec<(String, String)> {
 
 #[test]
 fn bad_route_files_are_refused_and_the_routes_in_force_serve() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     topo.lb
         .ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
@@ -386,7 +385,7 @@ fn bad_route_files_are_refused_and_the_routes_in_force_serve() {
 
 #[test]
 fn configs_with_durations_out_of_range_are_refused_on_sighup() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let _servers = serve_backends(&topo, |_| VIP.into(), &[(ServerKind::Http, 80)]);
     let list: Vec<String> = (0..3)

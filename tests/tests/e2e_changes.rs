@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     topology::{VIP, backend_addr},
     traffic::{Held, Server, ServerKind, Tally, http_requests, serve_backends},
 };
@@ -38,7 +38,6 @@ struct Setup {
 }
 
 fn setup(backends: usize) -> Setup {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
     let topo = Topology::build(&TopologyOptions {
         backends,
         native_xdp: false,
@@ -99,6 +98,7 @@ fn assert_all_held_intact(held: &mut [Held], on: &[String], round: &str) {
 
 #[test]
 fn backend_changes_and_bad_reloads_never_move_established_flows() {
+    lb_testbed::needs_root!();
     let Setup {
         topo,
         _servers,
@@ -201,6 +201,7 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
 
 #[test]
 fn restarting_lbd_under_traffic_breaks_no_connection() {
+    lb_testbed::needs_root!();
     let Setup {
         topo,
         _servers,
@@ -244,6 +245,7 @@ fn restarting_lbd_under_traffic_breaks_no_connection() {
 
 #[test]
 fn editing_the_config_file_reloads_without_a_signal() {
+    lb_testbed::needs_root!();
     let Setup {
         topo,
         _servers,

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     topology::{HOST_IF, VIP, VIP6, backend_addr, backend_addr6},
     traffic::{Server, ServerKind, http_requests, serve_backends, udp_requests},
 };
@@ -60,7 +60,6 @@ fn xdp_attached(topo: &Topology) -> bool {
 
 fn steer_through_vip(mode: &str, family: Family) {
     let vip = family.vip();
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
     let topo = Topology::build(&TopologyOptions {
         backends: 3,
         native_xdp: mode == "native",
@@ -129,21 +128,25 @@ fn steer_through_vip(mode: &str, family: Family) {
 
 #[test]
 fn dsr_ipv4_generic_mode_tcp_and_udp() {
+    lb_testbed::needs_root!();
     steer_through_vip("generic", Family::V4);
 }
 
 #[test]
 fn dsr_ipv4_native_mode_tcp_and_udp() {
+    lb_testbed::needs_root!();
     steer_through_vip("native", Family::V4);
 }
 
 #[test]
 fn dsr_ipv6_generic_mode_tcp_and_udp() {
+    lb_testbed::needs_root!();
     steer_through_vip("generic", Family::V6);
 }
 
 #[test]
 fn dsr_ipv6_native_mode_tcp_and_udp() {
+    lb_testbed::needs_root!();
     steer_through_vip("native", Family::V6);
 }
 
@@ -152,13 +155,12 @@ fn dsr_ipv6_native_mode_tcp_and_udp() {
 /// says, and the three backends' shares are within 10% of even.
 #[test]
 fn spread_is_even_and_every_flow_lands_where_the_model_says() {
+    lb_testbed::needs_root!();
     use lb_common::{FlowKey, GlobalConfig};
     use lb_model::{
         dataplane::MapOps as _, dataplane::Programmer, dataplane::addr16,
         dataplane::memory::MemoryDataplane,
     };
-
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
     const FLOWS: u16 = 1500;
     let topo = Topology::build(&TopologyOptions::default());
     let _servers: Vec<Server> = topo

@@ -15,7 +15,6 @@ use lb_model::{explain::Flow, explain::Protocol, explain::explain};
 use lb_testbed::{
     LbdProcess, Netns, Topology, TopologyOptions,
     etcd::{EtcdServer, EtcdTls, plug_etcd_host},
-    is_root,
     topology::{VIP, backend_addr, plug},
     traffic::{ServerKind, http_requests, serve_backends, udp_requests},
 };
@@ -167,7 +166,7 @@ fn assert_same_decisions(a: &LbdProcess, b: &LbdProcess, seed: u64) {
 
 #[test]
 fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let lb2 = Netns::new("lb2");
     plug(&topo.switch, &lb2, "p-lb2", LB2_ADDR, LB2_ADDR6);
@@ -327,7 +326,7 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
 /// it had (here: the services it adopted from the pins across a restart).
 #[test]
 fn tls_and_password_protected_etcd() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     const PASSWORD: &str = "s3cret-Pa55-word";
     const WRONG: &str = "not-the-Pa55-word";
     let topo = Topology::build(&TopologyOptions::default());

@@ -8,7 +8,7 @@ use std::{
 };
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     topology::{CLIENT_ADDR, VIP, backend_addr},
     traffic::{Held, ServerKind, http_requests_from, serve_backends},
 };
@@ -40,7 +40,7 @@ fn expected_share(age: Duration) -> f64 {
 
 #[test]
 fn a_new_backend_fades_in_along_the_formula() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions {
         backends: 4,
         native_xdp: false,

@@ -13,7 +13,6 @@ use std::net::{IpAddr, SocketAddr};
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions,
     flood::{FloodSpec, blackhole_flood_sources, mac_of, tcp_flood},
-    is_root,
     packet::flags::{ACK, SYN},
     topology::{NAT4, NAT6, VIP, VIP6, backend_addr, backend_addr6},
     traffic::{Held, ServerKind, echo_once, http_requests, serve_backends},
@@ -64,7 +63,7 @@ fn counter(lbd: &LbdProcess, name: &str) -> u64 {
 
 #[test]
 fn a_million_spoofed_acks_claim_no_nat_port() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions {
         backends: 3,
         native_xdp: true,
@@ -119,7 +118,7 @@ fn a_million_spoofed_acks_claim_no_nat_port() {
 
 #[test]
 fn closed_nat_flows_give_their_ports_back() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions {
         backends: 1,
         native_xdp: true,
@@ -259,7 +258,7 @@ fn name_of(topo: &Topology, addr: IpAddr) -> String {
 
 #[test]
 fn held_flows_survive_a_syn_flood_changes_and_a_restart() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions {
         backends: 4,
         native_xdp: true,

@@ -8,7 +8,7 @@ use std::{
 };
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     topology::{VIP, backend_addr},
     traffic::{Held, Server, ServerKind, http_requests, serve_backends},
 };
@@ -45,7 +45,7 @@ fn wait_for_log(lbd: &LbdProcess, needle: &str, limit: Duration) -> Duration {
 
 #[test]
 fn an_unhealthy_backend_gets_no_new_flows_and_nothing_breaks() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let _traffic = serve_backends(
         &topo,

@@ -15,7 +15,6 @@ use std::{
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions,
     http::{client, get, send},
-    is_root,
     lbd::TempDir,
     topology::{VIP, backend_addr},
     traffic::Server,
@@ -73,7 +72,7 @@ fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
 
 #[test]
 fn http_vip_routes_balances_follows_health_and_reloads_routes() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     // The proxy answers for the VIP on the node itself.
     topo.lb
@@ -213,7 +212,6 @@ struct L7Bed {
 
 impl L7Bed {
     fn build() -> Self {
-        assert!(is_root(), "this test needs root (network namespaces, XDP)");
         let topo = Topology::build(&TopologyOptions::default());
         topo.lb
             .ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
@@ -256,6 +254,7 @@ enum Kind {
 
 #[test]
 fn an_lbd_restart_under_load_fails_no_request() {
+    lb_testbed::needs_root!();
     let bed = L7Bed::build();
     let mut lbd = LbdProcess::start(&bed.topo.lb, &bed.config("shutdown_timeout = \"10s\""));
     wait_until("the proxy listens", Duration::from_secs(10), || {
@@ -356,6 +355,7 @@ fn an_lbd_restart_under_load_fails_no_request() {
 
 #[test]
 fn ten_thousand_silent_connections_under_a_1024_file_limit_leave_room_for_a_client() {
+    lb_testbed::needs_root!();
     const SILENT: usize = 10_000;
     const REQUESTS: usize = 1_000;
     // This process holds the silent connections' client ends.
@@ -477,6 +477,7 @@ fn ten_thousand_silent_connections_under_a_1024_file_limit_leave_room_for_a_clie
 
 #[test]
 fn out_of_file_descriptors_lbd_neither_spins_nor_floods_its_log() {
+    lb_testbed::needs_root!();
     // A hard limit lbd cannot raise past, filled by silent connections.
     const FILES: u64 = 300;
     let bed = L7Bed::build();

@@ -11,7 +11,7 @@ use std::{
 };
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     topology::{CLIENT_ADDR, VIP, backend_addr},
     traffic::{ServerKind, serve_backends, udp_requests},
 };
@@ -88,7 +88,7 @@ fn metric(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]
 
 #[test]
 fn lbctl_reports_and_explains_what_the_node_does() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let _servers = serve_backends(&topo, |_| VIP.into(), &[(ServerKind::Udp, UDP_PORT)]);
     let mut lbd = LbdProcess::start(&topo.lb, &config());

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     lbd::nat_config,
     topology::{NAT4, NAT6, VIP, VIP6, backend_addr, backend_addr6},
     traffic::{ServerKind, http_requests, serve_backends, udp_requests},
@@ -14,7 +14,6 @@ const CONNECTIONS: usize = 150;
 const DATAGRAMS: usize = 90;
 
 fn nat_round_trips(mode: &str, v6: bool) {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
     let topo = Topology::build(&TopologyOptions {
         backends: 3,
         native_xdp: mode == "native",
@@ -73,20 +72,24 @@ fn nat_round_trips(mode: &str, v6: bool) {
 
 #[test]
 fn nat_ipv4_generic() {
+    lb_testbed::needs_root!();
     nat_round_trips("generic", false);
 }
 
 #[test]
 fn nat_ipv4_native() {
+    lb_testbed::needs_root!();
     nat_round_trips("native", false);
 }
 
 #[test]
 fn nat_ipv6_generic() {
+    lb_testbed::needs_root!();
     nat_round_trips("generic", true);
 }
 
 #[test]
 fn nat_ipv6_native() {
+    lb_testbed::needs_root!();
     nat_round_trips("native", true);
 }

@@ -8,7 +8,7 @@ use std::{
 };
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     lbd::TempDir,
     topology::{VIP, backend_addr},
     traffic::{Held, ServerKind, http_requests, serve_backends},
@@ -51,7 +51,7 @@ fn wait_for(lbd: &LbdProcess, needle: &str, count: usize) {
 
 #[test]
 fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let _servers = serve_backends(
         &topo,
@@ -121,7 +121,7 @@ fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
 /// VIP's port.
 #[test]
 fn nat_reaches_pods_on_their_target_port() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let nat = std::net::Ipv4Addr::new(198, 18, 0, 3);
     topo.lb
@@ -177,7 +177,7 @@ fn nat_reaches_pods_on_their_target_port() {
 /// from the pinned maps.
 #[test]
 fn cleanup_removes_neighbours_of_backends_the_file_does_not_list() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     let _servers = serve_backends(&topo, |_| VIP.into(), &[(ServerKind::Http, 80)]);
     let slices = TempDir::new("slices-cleanup");

@@ -17,6 +17,7 @@ static ALLOC: Counting = Counting;
 
 #[test]
 fn selection_allocates_nothing() {
+    lb_testbed::needs_root!();
     let registry = Registry::default();
     let now = SystemTime::now();
     let fade = FadeIn {

@@ -46,6 +46,7 @@ fn status_of(answer: &str) -> &str {
 
 #[test]
 fn streamed_bodies_reach_the_backend_whole_for_every_method() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let (proxy, _backend) = one_backend_proxy(&rt, &L7Config::default());
@@ -84,6 +85,7 @@ fn streamed_bodies_reach_the_backend_whole_for_every_method() {
 
 #[test]
 fn a_second_host_a_host_unlike_the_authority_and_connection_host_get_400_or_keep_the_host() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
@@ -158,6 +160,7 @@ fn a_second_host_a_host_unlike_the_authority_and_connection_host_get_400_or_keep
 
 #[test]
 fn encoded_and_dotted_paths_do_not_slip_past_a_path_predicate() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
@@ -237,6 +240,7 @@ fn encoded_and_dotted_paths_do_not_slip_past_a_path_predicate() {
 
 #[test]
 fn connect_gets_405_and_broken_chunked_framing_gets_400() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let (proxy, backend) = one_backend_proxy(&rt, &L7Config::default());
@@ -286,6 +290,7 @@ fn connect_gets_405_and_broken_chunked_framing_gets_400() {
 
 #[test]
 fn silent_connections_close_at_the_header_timeout_not_the_idle_timeout() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let ms = lb_model::config::DurationText::Millis;
@@ -323,6 +328,7 @@ fn silent_connections_close_at_the_header_timeout_not_the_idle_timeout() {
 
 #[test]
 fn forwarded_for_counts_only_from_trusted_proxies() {
+    lb_testbed::needs_root!();
     let dir = lb_testbed::lbd::TempDir::new("l7trust");
     let file = dir.path().join("routes.eskip");
     let file_text = file.display().to_string();
@@ -440,6 +446,7 @@ fn forwarded_for_counts_only_from_trusted_proxies() {
 
 #[test]
 fn a_full_proxy_closes_the_oldest_silent_connection_to_let_a_client_in() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let config = L7Config {
@@ -485,6 +492,7 @@ fn a_full_proxy_closes_the_oldest_silent_connection_to_let_a_client_in() {
 
 #[test]
 fn connect_through_a_route_that_allows_it_is_a_tunnel() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let tunnel = rt.block_on(lb_testbed::http::TunnelBackend::start(backend_addr(

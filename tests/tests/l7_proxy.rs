@@ -15,6 +15,7 @@ use lb_testbed::{
 
 #[test]
 fn skipper_tutorial_routes_answer_as_in_skipper() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let b8080 = rt.block_on(EchoBackend::start(backend_addr(0, 8080), "b8080"));
@@ -70,6 +71,7 @@ fn skipper_tutorial_routes_answer_as_in_skipper() {
 
 #[test]
 fn forwarding_headers_and_http2() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b0"));
@@ -98,6 +100,7 @@ fn forwarding_headers_and_http2() {
 
 #[test]
 fn failover_retries_idempotent_requests_on_the_next_endpoint() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let live = rt.block_on(EchoBackend::start(backend_addr(0, 80), "live"));
@@ -159,6 +162,7 @@ fn failover_retries_idempotent_requests_on_the_next_endpoint() {
 
 #[test]
 fn service_endpoint_updates_and_route_reloads_under_load_fail_no_request() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let a = rt.block_on(EchoBackend::start(backend_addr(0, 80), "a"));
@@ -274,6 +278,7 @@ fn service_endpoint_updates_and_route_reloads_under_load_fail_no_request() {
 
 #[test]
 fn bad_clients_get_4xx_and_idle_connections_close() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let config = L7Config {
@@ -346,6 +351,7 @@ fn bad_clients_get_4xx_and_idle_connections_close() {
 
 #[test]
 fn access_log_lines_and_graceful_shutdown_drains_requests() {
+    lb_testbed::needs_root!();
     let dir = lb_testbed::lbd::TempDir::new("l7log");
     let path = dir.path().join("access.log");
     let log_path = path.clone();
@@ -432,6 +438,7 @@ fn access_log_lines_and_graceful_shutdown_drains_requests() {
 
 #[test]
 fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
+    lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
         let ms = lb_model::config::DurationText::Millis;
@@ -512,6 +519,7 @@ fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
 
 #[test]
 fn lbctl_routes_explains_the_endpoint_the_proxy_then_uses() {
+    lb_testbed::needs_root!();
     let dir = lb_testbed::lbd::TempDir::new("l7explain");
     let file = dir.path().join("routes.eskip");
     let file_text = file.display().to_string();

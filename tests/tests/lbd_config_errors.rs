@@ -74,7 +74,7 @@ fn missing_file_is_named() {
 
 #[test]
 fn missing_interface_fails_cleanly() {
-    assert!(lb_testbed::is_root(), "needs root (network namespace)");
+    lb_testbed::needs_root!();
     let ns = lb_testbed::Netns::new("noif");
     let dir = TempDir::new("cfg");
     let path = dir.write("lbd.toml", GOOD);

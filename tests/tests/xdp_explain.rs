@@ -13,7 +13,6 @@ use lb_model::{
 };
 use lb_testbed::{
     fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6},
-    is_root,
     lbd::{BpfFs, TempDir},
     packet::{
         Packet,
@@ -242,7 +241,7 @@ fn check(rig: &mut XdpRig, pinned: &MapSet, flows: &[Flow], tcp_flags: u8, phase
 
 #[test]
 fn explain_predicts_the_kernels_choice_for_10000_flows() {
-    assert!(is_root(), "this test needs root (BPF_PROG_TEST_RUN)");
+    lb_testbed::needs_root!();
     let host = FixtureHost::new();
     let dir = TempDir::new("explain");
     let bpffs = BpfFs::mount(&dir.path().join("bpf"));

@@ -12,7 +12,6 @@ use lb_testbed::{
     fixture::{
         CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend, backend6, mac_of,
     },
-    is_root,
     packet::{Packet, TCP, UDP, flags},
 };
 
@@ -109,7 +108,7 @@ fn spread_case(
 
 #[test]
 fn ipv4_tcp_and_udp_go_to_the_table_choice() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &three(backend)));
@@ -128,7 +127,7 @@ fn ipv4_tcp_and_udp_go_to_the_table_choice() {
 
 #[test]
 fn ipv6_tcp_and_udp_go_to_the_table_choice() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         let (vip, client) = (IpAddr::V6(VIP6), IpAddr::V6(CLIENT6));
@@ -147,7 +146,7 @@ fn ipv6_tcp_and_udp_go_to_the_table_choice() {
 
 #[test]
 fn vlan_tagged_frames_are_forwarded_with_their_tag() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &three(backend)));
@@ -172,7 +171,7 @@ fn vlan_tagged_frames_are_forwarded_with_their_tag() {
 
 #[test]
 fn all_ports_vip_and_exact_port_precedence() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(0, TCP, &[backend(0).0]));
@@ -194,7 +193,7 @@ fn all_ports_vip_and_exact_port_precedence() {
 
 #[test]
 fn l7_vips_go_to_the_stack_untouched() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         let mut l7 = svc(443, TCP, &three(backend));
@@ -208,7 +207,7 @@ fn l7_vips_go_to_the_stack_untouched() {
 
 #[test]
 fn established_flows_keep_their_backend_across_table_changes() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         let vip = svc(80, TCP, &[]).key;
@@ -257,9 +256,9 @@ fn established_flows_keep_their_backend_across_table_changes() {
 
 #[test]
 fn golden_flow_lands_on_a_fixed_backend() {
+    lb_testbed::needs_root!();
     // Pins the whole chain (parse → hash → Maglev slot) to one value, independent of
     // the userspace copies: a change in either side's byte order fails here.
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &three(backend)));
@@ -272,7 +271,7 @@ const GOLDEN_BACKEND: u8 = 0;
 
 #[test]
 fn traffic_that_is_not_ours_passes_untouched() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &three(backend)));
@@ -378,7 +377,7 @@ fn traffic_that_is_not_ours_passes_untouched() {
 
 #[test]
 fn malformed_frames_are_dropped_and_counted() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &three(backend)));
@@ -457,7 +456,7 @@ fn malformed_frames_are_dropped_and_counted() {
 
 #[test]
 fn service_without_backends_drops() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &[]));
@@ -468,7 +467,7 @@ fn service_without_backends_drops() {
 
 #[test]
 fn unresolved_unroutable_and_wrong_family_backends() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         let p = Packet::tcp4(eth(), CLIENT, 1, VIP, 80, b"");
@@ -514,7 +513,7 @@ fn icmp6_sum(src: Ipv6Addr, dst: Ipv6Addr, body: &[u8]) -> u16 {
 
 #[test]
 fn echo_requests_to_a_vip_are_answered() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &three(backend)));
@@ -592,7 +591,7 @@ fn frag_needed(sport: u16) -> Packet {
 
 #[test]
 fn icmp_errors_go_to_the_backend_that_owns_the_flow() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(SEED);
         rig.program(svc(80, TCP, &three(backend)));

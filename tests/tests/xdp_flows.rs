@@ -17,7 +17,6 @@ use lb_testbed::{
         CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, Outcome, XdpRig, action, backend,
         mac_of,
     },
-    is_root,
     packet::{
         Packet, TCP, UDP,
         flags::{ACK, FIN, PSH, RST, SYN},
@@ -107,7 +106,7 @@ fn table_fill(rig: &XdpRig) -> (usize, usize, usize) {
 
 #[test]
 fn a_syn_is_half_open_until_its_ack_establishes_it() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
@@ -181,7 +180,7 @@ fn a_syn_is_half_open_until_its_ack_establishes_it() {
 
 #[test]
 fn a_retransmitted_syn_keeps_its_first_choice() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
@@ -209,7 +208,7 @@ fn a_retransmitted_syn_keeps_its_first_choice() {
 
 #[test]
 fn packets_that_are_not_a_syn_create_no_state() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
@@ -248,7 +247,7 @@ fn packets_that_are_not_a_syn_create_no_state() {
 
 #[test]
 fn a_syn_flood_cannot_evict_or_move_established_flows() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         // Small tables: the flood is 16 times the conntrack size and 64 times the
         // embryonic one.
@@ -292,7 +291,7 @@ fn a_syn_flood_cannot_evict_or_move_established_flows() {
 
 #[test]
 fn an_entry_of_an_earlier_owner_is_ignored() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
@@ -367,7 +366,7 @@ fn an_entry_of_an_earlier_owner_is_ignored() {
 
 #[test]
 fn a_syn_on_a_flow_of_a_draining_backend_chooses_again() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
@@ -460,7 +459,7 @@ fn timeouts(closed_ns: u64) -> lb_common::NatTimeouts {
 
 #[test]
 fn a_nat_port_follows_the_connection_to_its_close() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         rig.set_nat_timeouts(timeouts(0));
@@ -521,7 +520,7 @@ fn a_nat_port_follows_the_connection_to_its_close() {
 
 #[test]
 fn a_nat_port_held_in_time_wait_by_the_backend_is_not_reused() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         // One port only, so two flows to one backend would need the same port.
@@ -573,7 +572,7 @@ fn a_nat_port_held_in_time_wait_by_the_backend_is_not_reused() {
 
 #[test]
 fn an_ended_nat_flow_gives_its_port_to_the_next_flow() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         rig.set_nat(30000, 1);
@@ -630,7 +629,7 @@ fn an_ended_nat_flow_gives_its_port_to_the_next_flow() {
 
 #[test]
 fn a_nat_flow_of_an_earlier_owner_is_not_translated() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         rig.expect(&tcp(50000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);
@@ -660,7 +659,7 @@ fn a_nat_flow_of_an_earlier_owner_is_not_translated() {
 
 #[test]
 fn a_backend_retransmitting_its_syn_ack_does_not_keep_a_spoofed_syns_port() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let out = rig.expect(&tcp(51000, NAT_PORT, SYN).bytes, action::TX, Counter::Tx);

@@ -18,7 +18,6 @@ use lb_testbed::{
     fixture::{
         CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, XdpRig, action, backend, backend6,
     },
-    is_root,
     packet::{Packet, TCP, UDP, checksum, flags},
     rng::Rng,
 };
@@ -394,7 +393,7 @@ fn backend_macs() -> Vec<[u8; 6]> {
 
 #[test]
 fn a_million_random_and_mutated_packets() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(0x5eed);
         let b4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();

@@ -17,7 +17,6 @@ use lb_model::{
 };
 use lb_testbed::{
     fixture::{CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, XdpRig, action, backend},
-    is_root,
     lbd::{BpfFs, TempDir},
     packet::{Packet, TCP, flags::ACK},
 };
@@ -62,7 +61,7 @@ fn pin_old_nat_map(pin_dir: &std::path::Path) -> HashMap<MapData, FlowKey, OldNa
 
 #[test]
 fn nat_flows_of_the_previous_release_keep_their_port() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     let host = FixtureHost::new();
     let dir = TempDir::new("migrate");
     let bpffs = BpfFs::mount(&dir.path().join("bpf"));

@@ -10,7 +10,6 @@ use lb_testbed::{
         CLIENT_ADDR, CLIENT_ADDR6, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, Outcome,
         XdpRig, action, backend, backend6,
     },
-    is_root,
     packet::{Packet, TCP, UDP, checksum},
 };
 
@@ -87,7 +86,7 @@ fn port_at(frame: &[u8], at: usize) -> u16 {
 
 #[test]
 fn ipv4_tcp_round_trip() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
@@ -163,7 +162,7 @@ fn ipv4_tcp_round_trip() {
 
 #[test]
 fn ipv6_tcp_round_trip() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
@@ -201,7 +200,7 @@ fn ipv6_tcp_round_trip() {
 
 #[test]
 fn udp_with_and_without_checksum() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let eth = || Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
@@ -223,7 +222,7 @@ fn udp_with_and_without_checksum() {
 
 #[test]
 fn exhausted_port_range_drops_new_flows_only() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = XdpRig::load(0x5eed);
         rig.set_nat(40000, 1);
@@ -245,7 +244,7 @@ fn exhausted_port_range_drops_new_flows_only() {
 
 #[test]
 fn icmp_errors_about_nat_replies_reach_the_backend_translated() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         // IPv4: a flow, then a router's "fragmentation needed" about our reply to it.
@@ -351,7 +350,7 @@ fn icmp_errors_about_nat_replies_reach_the_backend_translated() {
 /// reply quotes the backend's port — checksums valid throughout.
 #[test]
 fn backends_on_their_own_port_are_reached_and_answer_from_the_vip_port() {
-    assert!(is_root(), "needs root for BPF_PROG_TEST_RUN");
+    lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
         let mut rig = rig();
         let mut svc = nat_svc(VIP.into(), 8000, TCP, vec![backend(0).0, backend(1).0]);

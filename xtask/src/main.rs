@@ -44,10 +44,12 @@ enum Command {
     /// 30 EndpointSlice endpoints: cold sync, one change, one fade-in step, Maglev);
     /// `etcd` (the same shape from a real etcd: cold start, write-to-maps latency);
     /// `l7` (endpoint selection and access-log lines with criterion, then the HTTP
-    /// proxy under wrk against nginx and HAProxy, and allocations per request).
+    /// proxy under wrk against nginx and HAProxy, and allocations per request);
+    /// `admin` (how long `/v1/status` takes while a real lbd cold-syncs 1000 × 30 and
+    /// restarts 30,000 health probes; `LBD_BIN=...` picks the lbd to measure).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["dataplane", "control-plane", "etcd", "l7"])]
+        #[arg(value_parser = ["dataplane", "control-plane", "etcd", "l7", "admin"])]
         what: String,
         /// Extra arguments for the benchmark (e.g. `--calls 100000 --trials 3`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -208,6 +210,13 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
         }
         // Root adds the kernel-map cold sync; without it that row is skipped.
         "control-plane" => "lb-cpbench",
+        "admin" => {
+            require_root("a network namespace and XDP for a real lbd")?;
+            cmd::remove_stale_namespaces()?;
+            // The benchmark runs the lbd binary; build the workspace's.
+            cmd::cargo(&["build", "--release", "--package", "lb-userspace", "--bins"])?;
+            "lb-adminbench"
+        }
         "etcd" => {
             require_root("a network namespace for etcd and BPF maps")?;
             cmd::remove_stale_namespaces()?;
@@ -233,7 +242,7 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
             ])?;
             "lb-l7bench"
         }
-        other => bail!("unknown benchmark {other} (dataplane, control-plane, etcd, l7)"),
+        other => bail!("unknown benchmark {other} (dataplane, control-plane, etcd, l7, admin)"),
     };
     let mut full = vec![
         "run",

@@ -1,4 +1,6 @@
-//! Answering admin queries from the agent's state (called by lbd's main loop).
+//! Answering admin queries from a snapshot of the agent's state ([`AgentSnapshot`])
+//! and the data plane's live counters, on whichever thread serves the admin API — never
+//! the one that reconciles.
 
 use std::time::Instant;
 
@@ -9,10 +11,10 @@ use lb_admin::{
 };
 use lb_model::{
     config::XdpMode,
-    dataplane::{DataplaneError, FlowCounts, MapOps, SweepStats, Traffic},
+    dataplane::{DataplaneError, FlowCounts, SweepStats, Traffic},
 };
 
-use crate::agent::{Agent, Host};
+use crate::agent::{AgentSnapshot, backend_views, service_views, service_views_with};
 
 /// What lbd knows about itself beyond the agent.
 #[derive(Clone, Debug)]
@@ -44,32 +46,33 @@ impl Meta {
     }
 }
 
-/// The reply to `query`. `flows` are the conntrack counts for the queries that need
-/// them ([`Query::needs_flows`]); lbd walks conntrack off its main loop and passes
-/// them in — without them they are counted here. Map read failures become a 500 that
-/// says which read failed.
-pub fn answer<D: MapOps + Traffic, H: Host>(
-    agent: &Agent<D, H>,
+/// The reply to `query` from `snap` and the live counters of `traffic`. `flows` are
+/// the conntrack counts for the queries that need them ([`Query::needs_flows`]); lbd
+/// walks conntrack on a blocking thread and passes them in — without them they are
+/// counted here. Map read failures become a 500 that says which read failed.
+pub fn answer(
+    snap: &AgentSnapshot,
     meta: &Meta,
+    traffic: &impl Traffic,
     query: &Query,
     flows: Option<FlowCounts>,
 ) -> Reply {
     let flows = || match &flows {
         Some(f) => Ok(f.clone()),
-        None => agent.dataplane().flow_counts(),
+        None => traffic.flow_counts(),
     };
     let result = match query {
         Query::Status => flows()
-            .and_then(|f| status(agent, meta, &f))
+            .and_then(|f| status(snap, meta, traffic, &f))
             .map(Reply::json),
-        Query::Services => agent.service_views().map(Reply::json),
-        Query::Backends(Some(name)) if !agent.config().services.iter().any(|s| &s.name == name) => {
+        Query::Services => service_views(snap, traffic).map(Reply::json),
+        Query::Backends(Some(name)) if !snap.config.services.iter().any(|s| &s.name == name) => {
             Ok(Reply::error(404, format!("no service named {name:?}")))
         }
         Query::Backends(service) => flows()
-            .and_then(|f| agent.backend_views(service.as_deref(), Some(&f)))
+            .and_then(|f| backend_views(snap, traffic, service.as_deref(), Some(&f)))
             .map(Reply::json),
-        Query::Metrics => flows().and_then(|f| metrics_text(agent, meta, &f)),
+        Query::Metrics => flows().and_then(|f| metrics_text(snap, meta, traffic, &f)),
     };
     result.unwrap_or_else(|e| Reply::error(500, format!("reading the data plane: {e}")))
 }
@@ -78,13 +81,14 @@ pub fn answer<D: MapOps + Traffic, H: Host>(
 ///
 /// # Errors
 /// A map read failed.
-pub fn status<D: MapOps + Traffic, H: Host>(
-    agent: &Agent<D, H>,
+pub fn status(
+    snap: &AgentSnapshot,
     meta: &Meta,
+    traffic: &impl Traffic,
     flows: &FlowCounts,
 ) -> Result<Status, DataplaneError> {
-    let node = &agent.config().node;
-    let flow_tables = flow_tables(agent, meta, flows)?;
+    let node = &snap.config.node;
+    let flow_tables = flow_tables(snap, meta, traffic, flows)?;
     Ok(Status {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         api_version: lb_admin::API_VERSION,
@@ -101,9 +105,9 @@ pub fn status<D: MapOps + Traffic, H: Host>(
         }
         .to_owned(),
         pin_path: node.pin_path.clone(),
-        services: agent.config().services.len(),
+        services: snap.config.services.len(),
         sources: {
-            let mut sources = agent.sources(&meta.config_path, meta.config_error.as_deref());
+            let mut sources = snap.sources(&meta.config_path, meta.config_error.as_deref());
             // Route files and inline routes of l7 services are sources too.
             for (origin, error) in meta.l7.iter().flat_map(|l| &l.routes) {
                 sources.push(lb_admin::SourceStatus {
@@ -119,9 +123,9 @@ pub fn status<D: MapOps + Traffic, H: Host>(
             }
             sources
         },
-        reconciles: agent.reconciles().count,
-        last_reconcile: agent.last_reconcile().cloned(),
-        fade_in_rebuilds: agent.fade_rebuilds(),
+        reconciles: snap.reconciles.count,
+        last_reconcile: snap.last_reconcile.clone(),
+        fade_in_rebuilds: snap.fade_rebuilds,
         conntrack_entries: flows.total,
         flow_tables,
     })
@@ -129,22 +133,26 @@ pub fn status<D: MapOps + Traffic, H: Host>(
 
 /// The flow tables' fill, and `nat` ports released by the data plane (taking over an
 /// expired port) and by lbd's sweeper together.
-fn flow_tables<D: MapOps + Traffic, H: Host>(
-    agent: &Agent<D, H>,
+fn flow_tables(
+    snap: &AgentSnapshot,
     meta: &Meta,
+    maps: &impl Traffic,
     flows: &FlowCounts,
 ) -> Result<lb_admin::FlowTablesStatus, DataplaneError> {
     use lb_common::Counter;
     use std::sync::atomic::Ordering::Relaxed;
-    let maps = agent.dataplane();
     let sweep = |f: fn(&SweepStats) -> u64| meta.nat_sweep.as_deref().map_or(0, f);
     // Every new dsr flow is half-open first; the data plane counts them per service.
-    let created: u64 = agent
-        .service_views()?
+    let mut created = 0;
+    for spec in snap
+        .applied
         .iter()
-        .filter(|s| s.mode == "dsr")
-        .map(|s| s.new_flows)
-        .sum();
+        .filter(|s| s.mode == lb_common::ForwardingMode::Dsr)
+    {
+        if let Some(p) = snap.programmed.get(&spec.key) {
+            created += maps.vip_stats(p.service_id)?.new_flows;
+        }
+    }
     let promoted = maps.counter(Counter::EmbryonicPromoted)?;
     Ok(lb_admin::FlowTablesStatus {
         conntrack: flows.conntrack,
@@ -163,15 +171,16 @@ fn flow_tables<D: MapOps + Traffic, H: Host>(
     })
 }
 
-fn metrics_text<D: MapOps + Traffic, H: Host>(
-    agent: &Agent<D, H>,
+fn metrics_text(
+    snap: &AgentSnapshot,
     meta: &Meta,
+    traffic: &impl Traffic,
     flows: &FlowCounts,
 ) -> Result<Reply, DataplaneError> {
-    let status = status(agent, meta, flows)?;
-    let backends = agent.backend_views(None, Some(flows))?;
-    let services = agent.service_views_with(&backends)?;
-    let counters = agent.dataplane().counters()?;
+    let status = status(snap, meta, traffic, flows)?;
+    let backends = backend_views(snap, traffic, None, Some(flows))?;
+    let services = service_views_with(snap, traffic, &backends)?;
+    let counters = traffic.counters()?;
     Ok(Reply {
         status: 200,
         content_type: metrics::CONTENT_TYPE,
@@ -180,7 +189,7 @@ fn metrics_text<D: MapOps + Traffic, H: Host>(
             services: &services,
             backends: &backends,
             counters: &counters,
-            reconciles: agent.reconciles(),
+            reconciles: &snap.reconciles,
             l7: meta.l7.as_ref(),
         }),
     })

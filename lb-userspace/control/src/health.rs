@@ -5,7 +5,7 @@
 //! its established flows continue. `rise` consecutive successes make it healthy again,
 //! and its fade-in ramp restarts from that moment.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{collections::HashMap, net::SocketAddr, time::Duration};
 
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -50,45 +50,97 @@ pub type Report = (String, std::net::IpAddr, Outcome);
 /// its interval and sending every result to a channel.
 #[derive(Debug, Default)]
 pub struct Prober {
-    targets: Vec<ProbeTarget>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    running: HashMap<ProbeTarget, tokio::task::JoinHandle<()>>,
+    /// Keys each target's first-probe delay (random per process, stable per target).
+    jitter: std::hash::RandomState,
+}
+
+/// What a [`Prober::sync`] changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeChanges {
+    /// Probes started (new targets, or targets whose check changed).
+    pub started: usize,
+    /// Probes stopped (targets gone, or whose check changed).
+    pub stopped: usize,
 }
 
 impl Prober {
-    /// Makes the running probes exactly `targets` (restarting all of them if the set
-    /// changed; an unchanged set keeps running undisturbed).
+    /// Makes the running probes exactly `targets`. Probes of targets that are gone
+    /// stop; new targets start, each first probed at a point within its interval
+    /// chosen by hashing the target, so that a thousand backends added at once are not
+    /// all connected to in the same instant (nor, after a restart, every backend of
+    /// the node); targets that stay keep running undisturbed, on their own schedule.
+    /// A target whose check changed (port, kind, interval, timeout) is a new target.
     pub fn sync(
         &mut self,
-        targets: Vec<ProbeTarget>,
+        targets: &[ProbeTarget],
         reports: &tokio::sync::mpsc::UnboundedSender<Report>,
-    ) {
-        if targets == self.targets {
-            return;
-        }
-        for task in self.tasks.drain(..) {
-            task.abort();
-        }
-        for t in &targets {
-            let (t, tx) = (t.clone(), reports.clone());
-            self.tasks.push(tokio::spawn(async move {
-                let mut every = tokio::time::interval(t.interval);
+    ) -> ProbeChanges {
+        let wanted: std::collections::HashSet<&ProbeTarget> = targets.iter().collect();
+        let before = self.running.len();
+        self.running.retain(|t, task| {
+            let keep = wanted.contains(t);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        let stopped = before - self.running.len();
+        let mut started = 0;
+        for t in targets {
+            if self.running.contains_key(t) {
+                continue;
+            }
+            let delay = self.first_delay(t);
+            let (target, tx) = (t.clone(), reports.clone());
+            let task = tokio::spawn(async move {
+                let first = tokio::time::Instant::now() + delay;
+                let mut every = tokio::time::interval_at(first, target.interval);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     every.tick().await;
-                    let outcome = probe(t.target, &t.probe, t.timeout).await;
-                    if tx.send((t.service.clone(), t.backend, outcome)).is_err() {
+                    let outcome = probe(target.target, &target.probe, target.timeout).await;
+                    if tx
+                        .send((target.service.clone(), target.backend, outcome))
+                        .is_err()
+                    {
                         return;
                     }
                 }
-            }));
+            });
+            self.running.insert(t.clone(), task);
+            started += 1;
         }
-        self.targets = targets;
+        ProbeChanges { started, stopped }
+    }
+
+    /// Probes running now.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether no probe runs.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// How long after it starts `target` is first probed: a fraction of its interval
+    /// taken from a hash of the target.
+    fn first_delay(&self, target: &ProbeTarget) -> Duration {
+        use std::hash::BuildHasher as _;
+        let nanos = u64::try_from(target.interval.as_nanos()).unwrap_or(u64::MAX);
+        if nanos == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.jitter.hash_one(target) % nanos)
     }
 }
 
 impl Drop for Prober {
     fn drop(&mut self) {
-        for task in &self.tasks {
+        for task in self.running.values() {
             task.abort();
         }
     }
@@ -272,5 +324,73 @@ mod tests {
         let out = probe(silent_addr, &ok, Duration::from_millis(200)).await;
         assert_eq!(out, Outcome::Down("no answer within 200ms".into()));
         drop(silent);
+    }
+
+    fn target(last: u8, port: u16) -> ProbeTarget {
+        let backend = std::net::IpAddr::from([198, 18, 0, last]);
+        ProbeTarget {
+            service: "web".into(),
+            backend,
+            target: SocketAddr::new(backend, port),
+            probe: Probe::Tcp,
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_changed_probe_set_restarts_only_what_changed() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut prober = Prober::default();
+        let first: Vec<ProbeTarget> = (11..=40).map(|b| target(b, 80)).collect();
+        assert_eq!(
+            prober.sync(&first, &tx),
+            ProbeChanges {
+                started: 30,
+                stopped: 0
+            }
+        );
+        let kept = prober.running[&first[2]].id();
+        // One backend gone, one whose check moved to another port, one new.
+        let mut next = first[2..].to_vec();
+        next.push(target(12, 8080));
+        next.push(target(41, 80));
+        assert_eq!(
+            prober.sync(&next, &tx),
+            ProbeChanges {
+                started: 2,
+                stopped: 2
+            }
+        );
+        assert_eq!(prober.len(), 30);
+        assert!(!prober.running.contains_key(&first[0]));
+        assert_eq!(
+            prober.sync(&next, &tx),
+            ProbeChanges::default(),
+            "unchanged set"
+        );
+        assert_eq!(
+            prober.running[&first[2]].id(),
+            kept,
+            "a target that stayed keeps its task (and its schedule)"
+        );
+    }
+
+    #[test]
+    fn first_probes_spread_over_the_interval() {
+        let prober = Prober::default();
+        let delays: Vec<Duration> = (0..=255)
+            .map(|b| prober.first_delay(&target(b, 80)))
+            .collect();
+        assert!(delays.iter().all(|d| *d < Duration::from_secs(5)));
+        // 256 targets over five one-second buckets: none empty, none with most.
+        let mut buckets = [0usize; 5];
+        for d in &delays {
+            buckets[d.as_secs() as usize] += 1;
+        }
+        assert!(
+            buckets.iter().all(|&n| (20..=100).contains(&n)),
+            "{buckets:?}"
+        );
     }
 }

@@ -426,6 +426,14 @@ impl lb_model::dataplane::Traffic for KernelDataplane {
     }
 }
 
+impl lb_model::dataplane::ShareTraffic for KernelDataplane {
+    type Reader = MapSet;
+
+    fn share(&self) -> Result<MapSet, DataplaneError> {
+        self.maps.reopen()
+    }
+}
+
 impl MapOps for KernelDataplane {
     fn set_config(&mut self, config: GlobalConfig) -> Result<(), DataplaneError> {
         self.maps

@@ -62,6 +62,36 @@ impl Source for &Path {
     }
 }
 
+/// The maps of a [`MapSet`] opened again by id: handles of their own, for another
+/// thread.
+struct Reopen<'a>(&'a MapSet);
+
+impl Source for Reopen<'_> {
+    fn map(&mut self, name: &'static str) -> Result<Map, DataplaneError> {
+        use aya::maps::IterableMap as _;
+        let m = self.0;
+        let data = match name {
+            names::VIPS => m.vips.map(),
+            names::BACKENDS => m.backends.map(),
+            names::SERVICE_BACKENDS => m.lists.map(),
+            names::TABLE_CHUNKS => m.chunks.map(),
+            names::CONNTRACK => m.conntrack.map(),
+            names::EMBRYONIC => m.embryonic.map(),
+            names::NAT_FLOWS => m.nat_flows.map(),
+            names::NAT => m.nat.map(),
+            names::CONFIG => m.config.map(),
+            names::COUNTERS => m.counters.map(),
+            names::VIP_STATS => m.vip_stats.map(),
+            names::BACKEND_STATS => m.backend_stats.map(),
+            names::ECHO_ADDRS => m.echo.map(),
+            _ => return Err(DataplaneError::Missing { what: "map", name }),
+        };
+        let id = data.info().map_err(map_error("reopen", name))?.id();
+        let data = MapData::from_id(id).map_err(map_error("reopen", name))?;
+        Map::from_map_data(data).map_err(map_error("reopen", name))
+    }
+}
+
 fn typed<T>(source: &mut impl Source, name: &'static str) -> Result<T, DataplaneError>
 where
     T: TryFrom<Map, Error = aya::maps::MapError>,
@@ -111,6 +141,15 @@ impl MapSet {
     /// [`DataplaneError::Pinned`] naming the first map that is missing or unreadable.
     pub fn open_pinned(pin_dir: &Path) -> Result<Self, DataplaneError> {
         Self::from_source(&mut { pin_dir })
+    }
+
+    /// The same maps through handles of their own (opened by id), for reading from
+    /// another thread while this set is written.
+    ///
+    /// # Errors
+    /// A map could not be opened again.
+    pub fn reopen(&self) -> Result<Self, DataplaneError> {
+        Self::from_source(&mut Reopen(self))
     }
 
     fn from_source(source: &mut impl Source) -> Result<Self, DataplaneError> {

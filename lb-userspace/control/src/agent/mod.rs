@@ -1,29 +1,45 @@
-//! The agent: turns a validated config into a programmed, attached data plane and
-//! takes it down again cleanly.
+//! The agent: keeps the data plane serving what the sources say. It reads the config,
+//! the slice directory and etcd's changes, health results and the clock, and takes
+//! each change through the stages of [`stages`] to the maps — over any data plane
+//! ([`MapOps`]: the kernel's in lbd, an in-memory one that can be told to fail in
+//! tests) and any node ([`Host`]).
+//!
+//! One concern per file: [`stages`] (desired → weighted → plan), `reconcile` (applying,
+//! recording, retrying, fade-in ticks), `reload` (the config file and etcd), `health`
+//! (probe targets and results), [`snapshot`] (what the admin API is answered from),
+//! `views` (services and backends as the admin API shows them).
 
-use std::{
-    net::IpAddr,
-    time::{Instant, SystemTime},
-};
+use std::{net::IpAddr, sync::Arc};
 
-use crate::{
-    health::Outcome, health::Probe, health::ProbeTarget, sources::etcd::EtcdMessage,
-    sources::etcd::EtcdMirror, sources::etcd::mirror::MirrorChange, sources::slicedir::Discovered,
-    sources::slicedir::SliceDir,
-};
+use crate::sources::{etcd::EtcdMirror, slicedir::SliceDir};
 use lb_admin::{Histogram, ReconcileRecord};
 use lb_model::{
-    config::ValidConfig, dataplane::ApplyReport, dataplane::DataplaneError, dataplane::MapOps,
-    dataplane::Programmer, dataplane::ServiceSpec, fade_state::FadeStarts,
+    config::ValidConfig,
+    dataplane::{DataplaneError, MapOps, Programmer, Refusal, ServiceSpec},
+    fade_state::FadeStarts,
 };
 
 mod compose;
 pub use compose::{compose, discover};
+mod health;
+mod reconcile;
+mod reload;
+pub mod snapshot;
 mod specs;
+pub mod stages;
 mod views;
 
+pub use snapshot::{AgentSnapshot, ProgrammedView};
+use specs::state_path;
+pub use specs::{
+    BackendHealth, HealthMap, dsr_backends, global_config, service_specs, service_specs_with,
+    specs_at, weights_moved,
+};
+pub use stages::{Checked, Desired, Weighted, check};
+pub use views::{backend_views, service_views, service_views_with};
+
 /// What a reconcile changes on the node besides the maps. The kernel's is
-/// [`KernelHost`]; tests use one that does nothing, so that reconciles run without
+/// `lb_userspace::node::KernelHost`; tests use one that does nothing, so that reconciles run without
 /// root.
 pub trait Host {
     /// Makes the kernel keep `addr`'s neighbour entry resolved on the node's
@@ -40,11 +56,20 @@ pub trait Host {
     fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError>;
 }
 
-use specs::state_path;
-pub use specs::{
-    BackendHealth, HealthMap, dsr_backends, global_config, service_specs, service_specs_with,
-    specs_at, weights_moved,
-};
+/// A node that changes nothing: for agents over an in-memory data plane (tests,
+/// benchmarks, checks), which need no neighbour entries and no sysctls.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHost;
+
+impl Host for NoHost {
+    fn keep_resolved(&mut self, _: IpAddr) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
+        Ok(())
+    }
+}
 
 /// Why the agent could not start or stop.
 #[derive(Debug, thiserror::Error)]
@@ -113,8 +138,8 @@ pub struct Agent<D, H> {
     dataplane: D,
     host: H,
     programmer: Programmer,
-    /// What runs: the file's services plus etcd's.
-    config: ValidConfig,
+    /// What runs: the file's services plus etcd's, and what the slices say.
+    desired: Desired,
     /// The config file as loaded.
     file: ValidConfig,
     /// The etcd prefix's contents, if `node.etcd` is set.
@@ -126,22 +151,24 @@ pub struct Agent<D, H> {
     /// Fade-in ramp start times (persisted).
     starts: FadeStarts,
     /// What was last programmed, effective weights included.
-    applied: Vec<ServiceSpec>,
+    applied: Arc<Vec<ServiceSpec>>,
     /// Whether any backend's ramp is still running; when not, ticks do nothing at all.
     fading: bool,
     /// Table rebuilds done because a fade-in ramp moved weights.
     fade_rebuilds: u64,
-    /// Health of checked backends.
-    health: HealthMap,
+    /// Health of checked backends (only backends that are still listed).
+    health: Arc<HealthMap>,
     /// The watched EndpointSlice directory, if configured.
     slices: Option<SliceDir>,
-    /// What the slices currently say.
-    discovered: Discovered,
     /// Reconciles so far, their latency and the latest outcome.
     reconciles: Histogram,
     last_reconcile: Option<ReconcileRecord>,
     /// The last reconcile failed: the next tick tries again from the current state.
     retry: bool,
+    /// Services the last plan refused (each problem is logged once).
+    refused: Vec<Refusal>,
+    /// Parts of the last snapshot still valid (see [`Agent::snapshot`]).
+    cache: snapshot::Cache,
 }
 
 impl<D: MapOps, H: Host> Agent<D, H> {
@@ -181,330 +208,35 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             host,
             programmer,
             file: config.clone(),
-            config,
+            desired: Desired {
+                config: Arc::new(config),
+                discovered,
+            },
             etcd,
             etcd_rejected: Vec::new(),
             drained: Vec::new(),
             starts,
-            applied: Vec::new(),
+            applied: Arc::default(),
             fading: false,
             fade_rebuilds: 0,
-            health: HealthMap::new(),
+            health: Arc::default(),
             slices,
-            discovered,
             reconciles: Histogram::default(),
             last_reconcile: None,
             retry: false,
+            refused: Vec::new(),
+            cache: snapshot::Cache::default(),
         };
-        let (specs, fading) = agent.specs_now(SystemTime::now());
-        save_starts(&mut agent.starts);
-        if let Err(err) = agent.reprogram(specs, fading, "start") {
+        let weighted = agent.weighted_now(std::time::SystemTime::now());
+        reconcile::save_starts(&mut agent.starts);
+        if let Err(err) = agent.reprogram(weighted, "start") {
             log::error!("programming the sources' services failed, retrying every second: {err}");
         }
         agent
     }
+}
 
-    /// Moves the data plane to `config`: changed services are swapped atomically,
-    /// removed ones deleted, new backends' neighbours kept resolved. Established flows
-    /// keep their backends — also flows to a backend that was removed (connection
-    /// draining), which is why removed backends keep their neighbour entries until
-    /// shutdown. Node settings (`interface` and `xdp_mode` need a re-attach, the flow
-    /// tables are sized when loaded) are kept as they are until lbd restarts, with a
-    /// warning.
-    ///
-    /// # Errors
-    /// A data-plane failure; services before the failing one are already updated.
-    pub fn reload(&mut self, mut config: ValidConfig) -> Result<ApplyReport, AgentError> {
-        if config.node != self.config.node {
-            log::warn!(
-                "node settings changed; they take effect on restart (running with {:?})",
-                self.config.node
-            );
-            config.node = self.config.node.clone();
-            config.flow_tables = self.config.flow_tables;
-        }
-        let file = config;
-        let (config, rejected) = compose::compose(&file, self.etcd.as_ref());
-        let (specs, fading) = specs_at(
-            &config,
-            &self.discovered,
-            &mut self.starts,
-            &self.health,
-            SystemTime::now(),
-        );
-        save_starts(&mut self.starts);
-        let report = self.reprogram(specs, fading, "reload")?;
-        self.config = config;
-        self.file = file;
-        self.note_rejected(rejected);
-        Ok(report)
-    }
-
-    /// Advances fade-in ramps to `now`: rebuilds the tables of services whose effective
-    /// weights moved enough (see [`weights_moved`]), and retries a reconcile that
-    /// failed. When no ramp is running and nothing failed this does no work at all.
-    /// Returns whether tables were rebuilt.
-    ///
-    /// # Errors
-    /// A data-plane failure; the next tick retries.
-    pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
-        // The sources are read first, whatever the data plane does: a reconcile that
-        // keeps failing must not stop the directory from being watched, and the next
-        // one that succeeds programs what the sources say by then.
-        let scanned = self.slices.as_mut().is_some_and(SliceDir::scan);
-        if scanned {
-            self.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
-        }
-        let mut rebuilt = false;
-        if scanned || self.retry {
-            // A failed reconcile (a map write, a neighbour entry) is retried with what
-            // the sources say now.
-            let retrying = self.retry;
-            let (specs, fading) = self.specs_now(now);
-            save_starts(&mut self.starts);
-            let trigger = if scanned { "endpointslices" } else { "retry" };
-            let report = self.reprogram(specs, fading, trigger)?;
-            if scanned {
-                log::info!(
-                    "EndpointSlices changed: {} services reprogrammed, {} unchanged",
-                    report.programmed,
-                    report.unchanged
-                );
-            }
-            if retrying {
-                log::info!("retried the failed reconcile: the data plane is up to date");
-            }
-            rebuilt = true;
-        }
-        if !self.fading {
-            return Ok(rebuilt);
-        }
-        let (specs, fading) = self.specs_now(now);
-        if !fading {
-            log::info!("fade-in complete: every backend at full weight");
-        }
-        if !weights_moved(&self.applied, &specs, fading) {
-            self.fading = fading;
-            return Ok(rebuilt);
-        }
-        self.reprogram(specs, fading, "fade-in")?;
-        self.fade_rebuilds += 1;
-        Ok(true)
-    }
-
-    /// Applies what the etcd watcher reported (in order) and, if services or slices
-    /// changed, reprograms once. Returns the report if it reprogrammed.
-    ///
-    /// # Errors
-    /// A data-plane failure; the next change retries.
-    pub fn etcd_apply(
-        &mut self,
-        messages: Vec<EtcdMessage>,
-        now: SystemTime,
-    ) -> Result<Option<ApplyReport>, AgentError> {
-        let Some(mirror) = self.etcd.as_mut() else {
-            return Ok(None);
-        };
-        let mut changed = MirrorChange::default();
-        let mut synced = false;
-        for msg in messages {
-            synced |= matches!(msg, EtcdMessage::Snapshot { .. });
-            match &msg {
-                EtcdMessage::Down { error } if mirror.down.is_none() => {
-                    log::error!(
-                        "etcd source degraded, keeping the last state (revision {}): {error}",
-                        mirror.revision
-                    );
-                }
-                EtcdMessage::Snapshot { revision, .. }
-                    if mirror.down.is_some() || mirror.revision == 0 =>
-                {
-                    log::info!(
-                        "etcd: listed {} at revision {revision}",
-                        self.file
-                            .node
-                            .etcd
-                            .as_ref()
-                            .map_or("", |e| e.prefix.as_str())
-                    );
-                }
-                _ => {}
-            }
-            changed.merge(mirror.apply_tracked(msg));
-        }
-        if synced {
-            self.programmer.keep_unlisted(false);
-            self.starts.hold(false);
-        }
-        if !changed.any() && !synced {
-            return Ok(None);
-        }
-        if changed.services || synced {
-            let (config, rejected) = compose::compose(&self.file, self.etcd.as_ref());
-            self.config = config;
-            self.note_rejected(rejected);
-        }
-        // Only the Kubernetes services whose slices changed get new endpoint sets.
-        let dir = self.slices.as_ref().into_iter().flat_map(SliceDir::held);
-        let etcd = self.etcd.iter().flat_map(EtcdMirror::slices);
-        self.discovered.refresh(&changed.slices, dir.chain(etcd));
-        let (specs, fading) = self.specs_now(now);
-        save_starts(&mut self.starts);
-        self.reprogram(specs, fading, "etcd").map(Some)
-    }
-
-    fn note_rejected(&mut self, rejected: Vec<(String, String)>) {
-        for (key, why) in &rejected {
-            if !self.etcd_rejected.iter().any(|(k, w)| k == key && w == why) {
-                log::error!("etcd key {key}: {why} (ignored)");
-            }
-        }
-        self.etcd_rejected = rejected;
-    }
-
-    /// The etcd mirror, if `node.etcd` is set.
-    pub fn etcd(&self) -> Option<&EtcdMirror> {
-        self.etcd.as_ref()
-    }
-
-    /// etcd services left out, with why.
-    pub fn etcd_rejected(&self) -> &[(String, String)] {
-        &self.etcd_rejected
-    }
-
-    /// Programs `specs` (see [`Agent::reprogram_now`]) and records the reconcile's
-    /// latency and outcome under `trigger`.
-    fn reprogram(
-        &mut self,
-        specs: Vec<ServiceSpec>,
-        fading: bool,
-        trigger: &'static str,
-    ) -> Result<ApplyReport, AgentError> {
-        let began = Instant::now();
-        let result = self.reprogram_now(specs, fading);
-        self.retry = result.is_err();
-        let error = result.as_ref().err().map(ToString::to_string);
-        self.last_reconcile = Some(record(trigger, began, error, &mut self.reconciles));
-        result
-    }
-
-    /// Keeps new backends' neighbours resolved, enables IPv6 forwarding if IPv6 VIPs
-    /// appeared, applies, and remembers backends that left (their flows drain, so their
-    /// neighbour entries stay until shutdown).
-    fn reprogram_now(
-        &mut self,
-        specs: Vec<ServiceSpec>,
-        fading: bool,
-    ) -> Result<ApplyReport, AgentError> {
-        let old = dsr_backends(&self.applied);
-        let new = dsr_backends(&specs);
-        for &addr in new.iter().filter(|a| !old.contains(a)) {
-            self.host.keep_resolved(addr)?;
-        }
-        if specs
-            .iter()
-            .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
-        {
-            self.host.enable_ipv6_forwarding()?;
-        }
-        let report = self
-            .programmer
-            .apply(&mut self.dataplane, &specs, Instant::now())?;
-        self.drained
-            .extend(old.into_iter().filter(|a| !new.contains(a)));
-        self.applied = specs;
-        self.fading = fading;
-        Ok(report)
-    }
-
-    /// The health probes this config asks for.
-    pub fn probe_targets(&self) -> Vec<ProbeTarget> {
-        let mut targets = Vec::new();
-        for svc in &self.config.services {
-            let Some(hc) = &svc.health_check else {
-                continue;
-            };
-            let (interval, timeout) = (hc.interval.get(), hc.timeout.get());
-            let probe = match hc.kind {
-                lb_model::config::HealthCheckKind::Tcp => Probe::Tcp,
-                lb_model::config::HealthCheckKind::Http => Probe::Http {
-                    path: hc.path.clone(),
-                    expect: hc.expect_status.map_or((200, 399), |s| (s, s)),
-                },
-            };
-            let port = hc.port.unwrap_or(svc.port.key_port());
-            let Some(spec) = self.applied.iter().find(|s| s.name == svc.name) else {
-                continue;
-            };
-            for &addr in &spec.backends {
-                targets.push(ProbeTarget {
-                    service: svc.name.clone(),
-                    backend: addr,
-                    target: std::net::SocketAddr::new(addr, port),
-                    probe: probe.clone(),
-                    interval,
-                    timeout,
-                });
-            }
-        }
-        targets
-    }
-
-    /// Records a probe result. On a health transition the service is reprogrammed at
-    /// once: an unhealthy backend gets no new flows (its established flows continue); a
-    /// recovered one fades in again from now. Returns whether the state changed.
-    ///
-    /// # Errors
-    /// A data-plane failure (the state change is kept; the next change retries).
-    pub fn observe(
-        &mut self,
-        service: &str,
-        backend: IpAddr,
-        outcome: &Outcome,
-        now: SystemTime,
-    ) -> Result<bool, AgentError> {
-        let Some(svc) = self.config.services.iter().find(|s| s.name == service) else {
-            return Ok(false);
-        };
-        let Some(hc) = &svc.health_check else {
-            return Ok(false);
-        };
-        let entry = self
-            .health
-            .entry(service.to_owned())
-            .or_default()
-            .entry(backend)
-            .or_default();
-        let up = *outcome == Outcome::Up;
-        let Some(healthy) = entry.health.observe(up, hc.rise, hc.fall) else {
-            return Ok(false);
-        };
-        if healthy {
-            entry.recovered = Some(now);
-            log::info!("{service}: backend {backend} is healthy again");
-        } else {
-            let why = match outcome {
-                Outcome::Down(why) => why.as_str(),
-                Outcome::Up => "",
-            };
-            log::warn!("{service}: backend {backend} is unhealthy ({why}): no new flows");
-        }
-        let (specs, fading) = self.specs_now(now);
-        self.reprogram(specs, fading, "health")?;
-        Ok(true)
-    }
-
-    /// The specs at `now` from the current config, slices, health and ramp starts.
-    fn specs_now(&mut self, now: SystemTime) -> (Vec<ServiceSpec>, bool) {
-        specs_at(
-            &self.config,
-            &self.discovered,
-            &mut self.starts,
-            &self.health,
-            now,
-        )
-    }
-
+impl<D, H> Agent<D, H> {
     /// Table rebuilds done for fade-in so far.
     pub fn fade_rebuilds(&self) -> u64 {
         self.fade_rebuilds
@@ -547,40 +279,35 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         Parts {
             dataplane: self.dataplane,
             host: self.host,
-            config: self.config,
-            applied: self.applied,
+            config: Arc::unwrap_or_clone(self.desired.config),
+            applied: Arc::unwrap_or_clone(self.applied),
             drained: self.drained,
         }
     }
 
     /// The config in force: the file's services plus etcd's.
     pub fn config(&self) -> &ValidConfig {
-        &self.config
+        &self.desired.config
     }
-}
 
-/// Counts a reconcile that began at `began` into `histogram` and describes it.
-fn record(
-    trigger: &str,
-    began: Instant,
-    error: Option<String>,
-    histogram: &mut Histogram,
-) -> ReconcileRecord {
-    let took = began.elapsed().as_secs_f64();
-    histogram.observe(took);
-    ReconcileRecord {
-        trigger: trigger.to_owned(),
-        finished_unix: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
-        duration_seconds: took,
-        error,
+    /// Stage 1 as it stands: the running services and what the slices say.
+    pub fn desired(&self) -> &Desired {
+        &self.desired
     }
-}
 
-fn save_starts(starts: &mut FadeStarts) {
-    if let Err(err) = starts.save() {
-        log::warn!("saving fade-in state: {err} (ramps restart if lbd restarts)");
+    /// The etcd mirror, if `node.etcd` is set.
+    pub fn etcd(&self) -> Option<&EtcdMirror> {
+        self.etcd.as_ref()
+    }
+
+    /// etcd services left out, with why.
+    pub fn etcd_rejected(&self) -> &[(String, String)] {
+        &self.etcd_rejected
+    }
+
+    /// Health of checked backends, by service and address.
+    pub fn health(&self) -> &HealthMap {
+        &self.health
     }
 }
 

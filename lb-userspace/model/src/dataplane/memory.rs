@@ -1,8 +1,12 @@
 //! An in-memory [`MapOps`] that records every operation, for tests without root, and
 //! can be told to fail one of them (the n-th write), so that tests can check what a
-//! reconcile that fails part-way leaves behind.
+//! reconcile that fails part-way leaves behind, or to hold its writes at a gate, so
+//! that they can check what happens while a reconcile is in the middle of them.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Condvar, Mutex, PoisonError},
+};
 
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, TableChunk, VipInfo, VipKey,
@@ -17,7 +21,7 @@ use super::{
 const ENOMEM: i32 = 12;
 
 /// Maps held in memory, plus the order operations arrived in.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct MemoryDataplane {
     /// Node settings.
     pub config: GlobalConfig,
@@ -43,11 +47,59 @@ pub struct MemoryDataplane {
     /// as kernel map updates can fail; a failed write changes nothing. Empty (the
     /// default): none fails.
     pub fail_writes: std::ops::Range<usize>,
+    /// While set and closed, every write waits for it to open.
+    pub gate: Option<Arc<WriteGate>>,
+}
+
+/// A gate writes wait at while it is closed (see [`MemoryDataplane::gate`]).
+#[derive(Debug, Default)]
+pub struct WriteGate {
+    /// (closed, writers waiting now).
+    state: Mutex<(bool, usize)>,
+    changed: Condvar,
+}
+
+impl WriteGate {
+    /// Makes later writes wait.
+    pub fn close(&self) {
+        self.lock().0 = true;
+    }
+
+    /// Lets every waiting and later write through.
+    pub fn open(&self) {
+        self.lock().0 = false;
+        self.changed.notify_all();
+    }
+
+    /// Writes waiting at the gate now.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.lock().1
+    }
+
+    fn pass(&self) {
+        let mut state = self.lock();
+        state.1 += 1;
+        while state.0 {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.1 -= 1;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (bool, usize)> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl MemoryDataplane {
     /// Counts a write named `op`; `Err` if it is the one to fail.
     fn write(&mut self, op: &'static str) -> Result<(), DataplaneError> {
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
         let n = self.writes;
         self.writes += 1;
         if self.fail_writes.contains(&n) {
@@ -155,6 +207,15 @@ impl super::Traffic for MemoryDataplane {
         }
         counts.nat.entries = self.nat.len() as u64;
         Ok(counts)
+    }
+}
+
+/// A copy as of the call: the in-memory data plane counts nothing that moves.
+impl super::ShareTraffic for MemoryDataplane {
+    type Reader = Self;
+
+    fn share(&self) -> Result<Self, DataplaneError> {
+        Ok(self.clone())
     }
 }
 

@@ -17,8 +17,8 @@ use lb_common::{
     Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, TableChunk, VipInfo,
     VipKey,
 };
-pub use programmer::{ApplyReport, Programmer};
-pub use traffic::{Fill, FlowCounts, SweepStats, Traffic};
+pub use programmer::{ApplyReport, Change, Plan, Programmer, Refusal, Removal};
+pub use traffic::{Fill, FlowCounts, ShareTraffic, SweepStats, Traffic};
 
 /// A failed data-plane operation.
 #[derive(Debug, thiserror::Error)]

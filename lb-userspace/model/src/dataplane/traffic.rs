@@ -72,6 +72,20 @@ pub trait Traffic {
     fn flow_counts(&self) -> Result<FlowCounts, DataplaneError>;
 }
 
+/// A data plane whose counters and flow tables can be read from another thread while
+/// it is written: the admin API is answered there, so that no answer waits for a
+/// reconcile.
+pub trait ShareTraffic {
+    /// What reads them.
+    type Reader: Traffic + Send + Sync + 'static;
+
+    /// Handles of their own to the same counters and tables.
+    ///
+    /// # Errors
+    /// The handles could not be opened.
+    fn share(&self) -> Result<Self::Reader, DataplaneError>;
+}
+
 /// `nat` ports released by lbd's sweeper (`lb_dataplane::natsweep`), by how their flow
 /// ended.
 #[derive(Debug, Default)]

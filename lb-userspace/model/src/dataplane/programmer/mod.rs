@@ -22,10 +22,13 @@ use std::{
 use lb_common::{
     Backend, TableChunk, VipInfo, VipKey,
     maps::{
-        BACKEND_F_IPV6, BACKEND_F_NO_NEW, MAX_BACKENDS, MAX_BACKENDS_PER_SERVICE, MAX_SERVICES,
-        MAX_TABLE_SIZE, SERVICE_BACKEND_SLOTS, TABLE_CHUNK_SLOTS, TABLE_CHUNKS,
+        BACKEND_F_IPV6, BACKEND_F_NO_NEW, MAX_BACKENDS, MAX_SERVICES, SERVICE_BACKEND_SLOTS,
+        TABLE_CHUNK_SLOTS, TABLE_CHUNKS,
     },
 };
+
+mod plan;
+pub use plan::{Change, Plan, Refusal, Removal};
 
 use super::{
     DataplaneError, MapOps, MapRead, ServiceSpec, addr16, from_addr16,
@@ -44,6 +47,8 @@ pub struct Programmed {
     pub backend_ids: Vec<u32>,
     /// The live table (slot → list index).
     pub table: Vec<u16>,
+    /// [`maglev::digest`] of `table`, computed once when the table is built.
+    digest: u64,
     spec: ServiceSpec,
 }
 
@@ -51,8 +56,15 @@ impl Programmed {
     /// The [`maglev::digest`] of the live table: equal on every node that programmed
     /// the same backends, weights and size, so operators (and tests) can compare
     /// nodes, or a node and the model, without reading 2 × M bytes each.
+    #[must_use]
     pub fn digest(&self) -> u64 {
-        maglev::digest(&self.table)
+        self.digest
+    }
+
+    /// The spec it was programmed from.
+    #[must_use]
+    pub fn spec(&self) -> &ServiceSpec {
+        &self.spec
     }
 }
 
@@ -65,6 +77,8 @@ pub struct ApplyReport {
     pub unchanged: usize,
     /// Services removed.
     pub removed: usize,
+    /// Services that could not be programmed as given; they keep what they had.
+    pub refused: Vec<Refusal>,
 }
 
 /// The control plane's view of what is programmed, and the allocators behind it.
@@ -192,6 +206,7 @@ impl Programmer {
                     info: *info,
                     backends,
                     backend_ids,
+                    digest: maglev::digest(&table),
                     table,
                     spec,
                 },
@@ -225,43 +240,46 @@ impl Programmer {
         self.records.get(&id)
     }
 
-    /// Makes the data plane serve exactly `specs`.
+    /// Makes the data plane serve exactly `specs`: [`Programmer::plan`], then
+    /// [`Programmer::apply_plan`].
     ///
     /// # Errors
-    /// The first failure; services before it are programmed, the failing one keeps its
-    /// previous state, later ones are untouched (a retry finishes the job).
+    /// As [`Programmer::apply_plan`].
     pub fn apply(
         &mut self,
         ops: &mut impl MapOps,
         specs: &[ServiceSpec],
         now: Instant,
     ) -> Result<ApplyReport, DataplaneError> {
+        let plan = self.plan(specs);
+        self.apply_plan(ops, plan, now)
+    }
+
+    /// Writes `plan`, made by [`Programmer::plan`] from this programmer's current
+    /// state: changed services first (each swapped atomically), then removals, then
+    /// echo addresses. Refused services are reported, not written.
+    ///
+    /// # Errors
+    /// The first failed write; services before it are programmed, the failing one
+    /// keeps its previous state, later ones are untouched (a retry finishes the job).
+    pub fn apply_plan(
+        &mut self,
+        ops: &mut impl MapOps,
+        plan: Plan,
+        now: Instant,
+    ) -> Result<ApplyReport, DataplaneError> {
         // Drains a failed apply could not write yet go first.
         self.flush_drains(ops)?;
-        let mut report = ApplyReport::default();
-        for spec in specs {
-            if self
-                .services
-                .get(&spec.key)
-                .is_some_and(|p| p.spec == *spec)
-            {
-                report.unchanged += 1;
-                continue;
-            }
-            self.program(ops, spec, now)?;
+        let mut report = ApplyReport {
+            unchanged: plan.unchanged,
+            refused: plan.refused,
+            ..ApplyReport::default()
+        };
+        for change in plan.changes {
+            self.program(ops, change, now)?;
             report.programmed += 1;
         }
-        let listed: std::collections::HashSet<VipKey> = specs.iter().map(|s| s.key).collect();
-        let stale: Vec<VipKey> = if self.keep_unlisted {
-            Vec::new()
-        } else {
-            self.services
-                .keys()
-                .filter(|k| !listed.contains(*k))
-                .copied()
-                .collect()
-        };
-        for key in stale {
+        for Removal { key, .. } in plan.removals {
             ops.delete_vip(&key)?;
             if let Some(old) = self.services.remove(&key) {
                 self.release(&old, now);
@@ -276,76 +294,42 @@ impl Programmer {
             report.removed += 1;
         }
         self.flush_drains(ops)?;
-        let want: BTreeSet<[u8; 16]> = if self.answer_ping {
-            specs
-                .iter()
-                .filter(|s| s.mode != lb_common::ForwardingMode::L7)
-                .map(|s| s.key.addr)
-                .collect()
-        } else {
-            BTreeSet::new()
-        };
-        for addr in want.difference(&self.echo) {
-            ops.put_echo_addr(*addr)?;
+        for addr in plan.echo_add.into_iter().map(addr16) {
+            ops.put_echo_addr(addr)?;
+            self.echo.insert(addr);
         }
-        if self.keep_unlisted {
-            self.echo.extend(want);
-            return Ok(report);
+        for addr in plan.echo_remove.into_iter().map(addr16) {
+            ops.delete_echo_addr(addr)?;
+            self.echo.remove(&addr);
         }
-        for addr in self.echo.difference(&want) {
-            ops.delete_echo_addr(*addr)?;
-        }
-        self.echo = want;
         Ok(report)
     }
 
+    /// Programs one planned service: its backends, list and table into fresh regions,
+    /// then its VIP entry (the atomic swap), then releases what it replaced.
     fn program(
         &mut self,
         ops: &mut impl MapOps,
-        spec: &ServiceSpec,
+        change: Change,
         now: Instant,
     ) -> Result<(), DataplaneError> {
+        let Change {
+            spec,
+            table,
+            digest,
+            ..
+        } = change;
         let n = spec.backends.len();
-        if n > MAX_BACKENDS_PER_SERVICE as usize {
-            return Err(invalid(
-                spec,
-                format!("{n} backends; at most {MAX_BACKENDS_PER_SERVICE}"),
-            ));
-        }
-        if !spec.weights.is_empty() && spec.weights.len() != n {
-            return Err(invalid(
-                spec,
-                format!("{} weights for {n} backends", spec.weights.len()),
-            ));
-        }
-        // Backends that take new flows decide whether there is a table at all.
-        let weighted = (0..n)
-            .filter(|&i| spec.weights.get(i).is_none_or(|&w| w > 0))
-            .count();
-        let size = match (weighted, spec.table_size) {
-            (0, _) => 0,
-            (_, Some(m)) if !maglev::is_prime(m) || m as usize <= n || m > MAX_TABLE_SIZE => {
-                return Err(invalid(
-                    spec,
-                    format!(
-                        "table size {m} must be a prime above the backend count ({n}) and at most {MAX_TABLE_SIZE}"
-                    ),
-                ));
-            }
-            (_, Some(m)) => m,
-            (_, None) => maglev::default_size(n),
-        };
         let previous = self.services.get(&spec.key).cloned();
         // What this call allocates: handed back if a write fails, so a failed
         // reconcile and its retries leak no id and no region.
         let mut fresh = Fresh::default();
-        let written = self.write_regions(ops, spec, size, previous.as_ref(), now, &mut fresh);
+        let written = self.write_regions(ops, &spec, &table, previous.as_ref(), now, &mut fresh);
         let Written {
             service_id,
             backend_ids,
             list_base,
             table_base,
-            table,
         } = match written {
             Ok(done) => done,
             Err(e) => {
@@ -359,7 +343,7 @@ impl Programmer {
             list_base,
             list_len: n as u32,
             table_base,
-            table_size: size,
+            table_size: table.len() as u32,
         };
         if let Err(e) = ops.put_vip(spec.key, info) {
             self.roll_back(spec.key, fresh, now);
@@ -375,11 +359,10 @@ impl Programmer {
             }
         }
         log::debug!(
-            "{}: {} backends, {} slots, table digest {:016x}",
+            "{}: {} backends, {} slots, table digest {digest:016x}",
             spec.name,
             spec.backends.len(),
             table.len(),
-            maglev::digest(&table)
         );
         self.services.insert(
             spec.key,
@@ -388,7 +371,8 @@ impl Programmer {
                 backends: spec.backends.clone(),
                 backend_ids,
                 table,
-                spec: spec.clone(),
+                digest,
+                spec,
             },
         );
         Ok(())
@@ -400,7 +384,7 @@ impl Programmer {
         &mut self,
         ops: &mut impl MapOps,
         spec: &ServiceSpec,
-        size: u32,
+        table: &[u16],
         previous: Option<&Programmed>,
         now: Instant,
         fresh: &mut Fresh,
@@ -465,11 +449,7 @@ impl Programmer {
         for (i, &id) in backend_ids.iter().enumerate() {
             ops.put_list_entry(list_base + i as u32, id)?;
         }
-        let table = if size == 0 {
-            Vec::new()
-        } else {
-            maglev::build_weighted(&spec.backends, &spec.weights, size)
-        };
+        let size = table.len() as u32;
         let table_base = if size == 0 {
             0
         } else {
@@ -490,7 +470,6 @@ impl Programmer {
             backend_ids,
             list_base,
             table_base,
-            table,
         })
     }
 
@@ -575,7 +554,6 @@ struct Written {
     backend_ids: Vec<u32>,
     list_base: u32,
     table_base: u32,
-    table: Vec<u16>,
 }
 
 /// What one [`Programmer::program`] call allocated so far.
@@ -588,13 +566,6 @@ struct Fresh {
     list: Option<(u32, u32)>,
     /// `(base, size)` of the new table.
     table: Option<(u32, u32)>,
-}
-
-fn invalid(spec: &ServiceSpec, problem: String) -> DataplaneError {
-    DataplaneError::Invalid {
-        service: spec.name.clone(),
-        problem,
-    }
 }
 
 fn exhausted(spec: &ServiceSpec, what: &'static str, capacity: u32) -> DataplaneError {

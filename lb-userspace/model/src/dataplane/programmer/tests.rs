@@ -49,7 +49,8 @@ fn vip_entry_is_written_after_its_list_and_table() {
         ApplyReport {
             programmed: 1,
             unchanged: 0,
-            removed: 0
+            removed: 0,
+            refused: Vec::new(),
         }
     );
     let last_vip = dp
@@ -168,13 +169,17 @@ fn bad_table_size_and_empty_service() {
     let mut p = Programmer::default();
     let mut s = spec(80, &[v4(11), v4(12)]);
     s.table_size = Some(1000);
-    let e = p
-        .apply(&mut dp, &[s], Instant::now())
-        .expect_err("not prime");
-    assert!(
-        e.to_string().contains("table size 1000 must be a prime"),
-        "{e}"
-    );
+    // A refused service does not hold back the others.
+    let other = spec(81, &[v4(13)]);
+    let report = p
+        .apply(&mut dp, &[s.clone(), other.clone()], Instant::now())
+        .expect("the rest applies");
+    assert_eq!(report.programmed, 1, "{report:?}");
+    assert_eq!(report.refused.len(), 1, "{report:?}");
+    let e = report.refused[0].to_string();
+    assert!(e.contains("table size 1000 must be a prime"), "{e}");
+    assert!(!dp.vips.contains_key(&s.key), "nothing written for it");
+    assert!(dp.vips.contains_key(&other.key));
     p.apply(&mut dp, &[spec(80, &[])], Instant::now())
         .expect("empty");
     let info = dp.vips[&spec(80, &[]).key];
@@ -272,6 +277,7 @@ fn weights_shape_the_table_and_zero_drains() {
     s.weights = vec![0, 0, 0];
     p.apply(&mut dp, &[s.clone()], Instant::now())
         .expect("apply");
+    let info_key = s.key;
     let info = dp.vips[&s.key];
     assert_eq!(
         (info.list_len, info.table_size),
@@ -279,9 +285,18 @@ fn weights_shape_the_table_and_zero_drains() {
         "all drained: no table, list kept"
     );
     s.weights = vec![1, 1];
+    let report = p
+        .apply(&mut dp, &[s], Instant::now())
+        .expect("nothing fails");
     assert!(
-        p.apply(&mut dp, &[s], Instant::now()).is_err(),
-        "weights must match backends"
+        report.refused[0]
+            .to_string()
+            .contains("2 weights for 3 backends"),
+        "weights must match backends: {report:?}"
+    );
+    assert_eq!(
+        dp.vips[&info_key].table_size, 0,
+        "the refused change wrote nothing"
     );
 }
 
@@ -553,4 +568,57 @@ fn a_reconcile_failing_at_any_write_leaks_nothing_and_its_retry_converges() {
         p.apply(&mut dp, &more, t0 + QUARANTINE)
             .unwrap_or_else(|e| panic!("write {n}: the next reconcile failed: {e}"));
     }
+}
+
+#[test]
+fn a_plan_is_pure_and_applying_it_writes_what_it_says() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let (a, b, c) = (
+        spec(80, &[v4(11), v4(12)]),
+        spec(81, &[v4(13)]),
+        spec(82, &[v4(14), v4(15), v4(16)]),
+    );
+    p.apply(&mut dp, &[a.clone(), b.clone()], Instant::now())
+        .expect("first");
+    let writes = dp.log.len();
+    let mut changed = a.clone();
+    changed.backends.push(v4(17));
+    let plan = p.plan(&[changed.clone(), c.clone()]);
+    assert_eq!(dp.log.len(), writes, "planning writes nothing");
+    assert_eq!(
+        p.plan(&[changed.clone(), c.clone()]),
+        plan,
+        "and changes nothing"
+    );
+    assert_eq!(plan.unchanged, 0);
+    let names: Vec<(&str, bool)> = plan
+        .changes
+        .iter()
+        .map(|ch| (ch.spec.name.as_str(), ch.existing))
+        .collect();
+    assert_eq!(names, [("svc-80", true), ("svc-82", false)]);
+    assert_eq!(
+        plan.removals
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>(),
+        ["svc-81"]
+    );
+    for ch in &plan.changes {
+        let slots = ch.slots_per_backend();
+        assert_eq!(slots.iter().sum::<usize>(), ch.table.len());
+        assert!(
+            slots.iter().all(|&n| n > 0),
+            "every backend has slots: {slots:?}"
+        );
+        assert_eq!(ch.digest, maglev::digest(&ch.table));
+    }
+    let digests: Vec<u64> = plan.changes.iter().map(|ch| ch.digest).collect();
+    let report = p.apply_plan(&mut dp, plan, Instant::now()).expect("apply");
+    assert_eq!((report.programmed, report.removed), (2, 1));
+    assert_eq!(p.service(&changed.key).expect("a").digest(), digests[0]);
+    assert_eq!(p.service(&c.key).expect("c").digest(), digests[1]);
+    assert!(!dp.vips.contains_key(&b.key));
+    assert!(p.plan(&[changed, c]).is_empty(), "nothing left to do");
 }

@@ -1,0 +1,170 @@
+//! Reconciling: a [`Weighted`] set of specs planned and applied, with the node's
+//! neighbours and forwarding kept in step; every reconcile recorded (latency, trigger,
+//! outcome), a failed one retried by the next tick, fade-in ramps stepped.
+
+use std::{
+    sync::Arc,
+    time::{Instant, SystemTime},
+};
+
+use lb_admin::{Histogram, ReconcileRecord};
+use lb_model::{
+    dataplane::{ApplyReport, MapOps},
+    fade_state::FadeStarts,
+};
+
+use super::{
+    Agent, AgentError, Host, compose, specs::dsr_backends, specs::weights_moved, stages::Weighted,
+};
+use crate::sources::slicedir::SliceDir;
+
+impl<D: MapOps, H: Host> Agent<D, H> {
+    /// Advances fade-in ramps to `now`: rebuilds the tables of services whose effective
+    /// weights moved enough (see [`weights_moved`]), and retries a reconcile that
+    /// failed. When no ramp is running and nothing failed this does no work at all.
+    /// Returns whether tables were rebuilt.
+    ///
+    /// # Errors
+    /// A data-plane failure; the next tick retries.
+    pub fn tick(&mut self, now: SystemTime) -> Result<bool, AgentError> {
+        // The sources are read first, whatever the data plane does: a reconcile that
+        // keeps failing must not stop the directory from being watched, and the next
+        // one that succeeds programs what the sources say by then.
+        let scanned = self.slices.as_mut().is_some_and(SliceDir::scan);
+        if scanned {
+            self.desired.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
+            self.cache.configured = None;
+        }
+        let mut rebuilt = false;
+        if scanned || self.retry {
+            // A failed reconcile (a map write, a neighbour entry) is retried with what
+            // the sources say now.
+            let retrying = self.retry;
+            let weighted = self.weighted_now(now);
+            save_starts(&mut self.starts);
+            let trigger = if scanned { "endpointslices" } else { "retry" };
+            let report = self.reprogram(weighted, trigger)?;
+            if scanned {
+                log::info!(
+                    "EndpointSlices changed: {} services reprogrammed, {} unchanged",
+                    report.programmed,
+                    report.unchanged
+                );
+            }
+            if retrying {
+                log::info!("retried the failed reconcile: the data plane is up to date");
+            }
+            rebuilt = true;
+        }
+        if !self.fading {
+            return Ok(rebuilt);
+        }
+        let weighted = self.weighted_now(now);
+        if !weighted.fading {
+            log::info!("fade-in complete: every backend at full weight");
+        }
+        if !weights_moved(&self.applied, &weighted.specs, weighted.fading) {
+            self.fading = weighted.fading;
+            return Ok(rebuilt);
+        }
+        self.reprogram(weighted, "fade-in")?;
+        self.fade_rebuilds += 1;
+        Ok(true)
+    }
+
+    /// Plans and applies `weighted` (see [`Agent::apply_weighted`]) and records the
+    /// reconcile's latency and outcome under `trigger`. Services the plan refused are
+    /// recorded as the reconcile's error (and logged once) but not retried: the same
+    /// input would be refused again; the next change of the sources plans anew.
+    pub(super) fn reprogram(
+        &mut self,
+        weighted: Weighted,
+        trigger: &'static str,
+    ) -> Result<ApplyReport, AgentError> {
+        let began = Instant::now();
+        let result = self.apply_weighted(weighted);
+        self.retry = result.is_err();
+        let error = match &result {
+            Err(e) => Some(e.to_string()),
+            Ok(report) if !report.refused.is_empty() => {
+                let problems: Vec<String> =
+                    report.refused.iter().map(ToString::to_string).collect();
+                Some(format!(
+                    "refused, keeping what they had: {}",
+                    problems.join("; ")
+                ))
+            }
+            Ok(_) => None,
+        };
+        if let Ok(report) = &result {
+            for r in report.refused.iter().filter(|r| !self.refused.contains(r)) {
+                log::error!("{r}; it keeps what it had");
+            }
+            self.refused.clone_from(&report.refused);
+        }
+        self.last_reconcile = Some(record(trigger, began, error, &mut self.reconciles));
+        result
+    }
+
+    /// Keeps new backends' neighbours resolved, enables IPv6 forwarding if IPv6 VIPs
+    /// appeared, plans and applies, and remembers backends that left (their flows
+    /// drain, so their neighbour entries stay until shutdown).
+    fn apply_weighted(&mut self, weighted: Weighted) -> Result<ApplyReport, AgentError> {
+        let Weighted { specs, fading } = weighted;
+        let old = dsr_backends(&self.applied);
+        let new = dsr_backends(&specs);
+        for &addr in new.iter().filter(|a| old.binary_search(a).is_err()) {
+            self.host.keep_resolved(addr)?;
+        }
+        if specs
+            .iter()
+            .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
+        {
+            self.host.enable_ipv6_forwarding()?;
+        }
+        let plan = self.programmer.plan(&specs);
+        let result = self
+            .programmer
+            .apply_plan(&mut self.dataplane, plan, Instant::now());
+        // Whatever part of the plan was written (and the list of services it is
+        // shown for), the view of it is stale.
+        self.cache.programmed = None;
+        let report = result?;
+        self.drained
+            .extend(old.into_iter().filter(|a| new.binary_search(a).is_err()));
+        self.prune_health(&specs);
+        self.applied = Arc::new(specs);
+        self.fading = fading;
+        Ok(report)
+    }
+
+    /// Stage 2 now: the specs from the current config, slices, health and ramp starts.
+    pub(super) fn weighted_now(&mut self, now: SystemTime) -> Weighted {
+        self.desired.weighted(&mut self.starts, &self.health, now)
+    }
+}
+
+/// Counts a reconcile that began at `began` into `histogram` and describes it.
+fn record(
+    trigger: &str,
+    began: Instant,
+    error: Option<String>,
+    histogram: &mut Histogram,
+) -> ReconcileRecord {
+    let took = began.elapsed().as_secs_f64();
+    histogram.observe(took);
+    ReconcileRecord {
+        trigger: trigger.to_owned(),
+        finished_unix: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        duration_seconds: took,
+        error,
+    }
+}
+
+pub(super) fn save_starts(starts: &mut FadeStarts) {
+    if let Err(err) = starts.save() {
+        log::warn!("saving fade-in state: {err} (ramps restart if lbd restarts)");
+    }
+}
