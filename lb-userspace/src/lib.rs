@@ -1,4 +1,6 @@
 //! `lbd` and `lbctl` are thin binaries over the lb-* crates (see README's layout):
-//! [`node`] is the one piece of their own, where the agent meets the kernel.
+//! [`node`] is the one piece of their own, where the agent meets the kernel, and
+//! [`logging`] sets up lbd's log.
 
+pub mod logging;
 pub mod node;

@@ -25,15 +25,23 @@ struct Args {
     /// for the next lbd): detach the XDP program, remove the pins, and exit.
     #[arg(long, conflicts_with = "check_config")]
     cleanup: bool,
+    /// Log lines on stderr: `text` for people, `json` (one object a line) for log
+    /// pipelines. `RUST_LOG` filters them (default `info`).
+    #[arg(long, value_enum, default_value_t)]
+    log_format: lb_userspace::logging::LogFormat,
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
+    let format = args.log_format;
+    if let Err(err) = lb_userspace::logging::init(format) {
+        eprintln!("lbd: error: setting up the log: {err}");
+        return ExitCode::FAILURE;
+    }
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("lbd: error: {err:#}");
+            lb_userspace::logging::fatal(format, &format_args!("{err:#}"));
             ExitCode::FAILURE
         }
     }
