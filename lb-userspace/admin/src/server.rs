@@ -153,7 +153,7 @@ where
             .serve_connection(TokioIo::new(stream), service)
             .await
         {
-            log::debug!("admin connection: {e}");
+            tracing::debug!(error = %e, "admin connection ended");
         }
     });
 }
@@ -205,7 +205,7 @@ pub fn serve_unix(path: &Path, queries: Queries) -> std::io::Result<AdminSocket>
                     backoff.reset();
                     serve_connection(stream, queries.clone(), false);
                 }
-                Err(e) => tokio::time::sleep(backoff.failed("admin socket", &e)).await,
+                Err(e) => tokio::time::sleep(backoff.failed("admin", &e)).await,
             }
         }
     });

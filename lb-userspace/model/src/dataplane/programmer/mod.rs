@@ -374,12 +374,13 @@ impl Programmer {
                 }
             }
         }
-        log::debug!(
-            "{}: {} backends, {} slots, table digest {:016x}",
-            spec.name,
-            spec.backends.len(),
-            table.len(),
-            maglev::digest(&table)
+        tracing::debug!(
+            service = %spec.name,
+            vip = %crate::explain::vip_text(&spec.key),
+            backends = spec.backends.len(),
+            slots = table.len(),
+            digest = %format_args!("{:016x}", maglev::digest(&table)),
+            "service programmed"
         );
         self.services.insert(
             spec.key,
