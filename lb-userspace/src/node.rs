@@ -77,7 +77,10 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
     programmer.set_answer_ping(config.node.answer_ping);
     let adopted = programmer.adopt(dataplane.maps())?;
     if adopted > 0 {
-        log::info!("adopted {adopted} services from the pinned data plane");
+        tracing::info!(
+            services = adopted,
+            "adopted the services of the pinned data plane"
+        );
     }
     dataplane.set_config(global_config(&config, possible_cpus()))?;
     let host = KernelHost {
@@ -93,7 +96,10 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
         .attach(&interface, xdp_mode, link_pin.as_deref())?
     {
         AttachOutcome::Replaced => {
-            log::info!("took over the running XDP program on {interface}");
+            tracing::info!(
+                interface = %interface,
+                "took over the running XDP program's link"
+            );
         }
         AttachOutcome::Attached => {}
     }
@@ -112,9 +118,9 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
 pub fn leave_running(agent: NodeAgent) -> Result<(), AgentError> {
     match agent.config().node.pin_dir() {
         Some(dir) => {
-            log::info!(
-                "leaving the data plane running (pinned at {})",
-                dir.display()
+            tracing::info!(
+                path = %dir.display(),
+                "leaving the data plane running for the next lbd"
             );
             Ok(())
         }
@@ -139,7 +145,11 @@ pub fn shutdown(agent: NodeAgent) -> Result<(), AgentError> {
     if let Some(dir) = config.node.pin_dir()
         && let Err(err) = KernelDataplane::unpin_maps(dir)
     {
-        log::warn!("removing map pins under {}: {err}", dir.display());
+        tracing::warn!(
+            path = %dir.display(),
+            error = %err,
+            "cannot remove the map pins, leaving them"
+        );
     }
     let mut made = dsr_backends(&applied);
     made.extend(drained);
@@ -147,12 +157,20 @@ pub fn shutdown(agent: NodeAgent) -> Result<(), AgentError> {
     made.dedup();
     for addr in made {
         if let Err(err) = neighbour::remove(host.ifindex, addr) {
-            log::warn!("removing neighbour entry for {addr}: {err}");
+            tracing::warn!(
+                backend = %addr,
+                error = %err,
+                "cannot remove the backend's neighbour entry, leaving it"
+            );
         }
     }
     for f in host.forwarding {
         if let Err(err) = f.restore() {
-            log::warn!("restoring forwarding on {}: {err}", config.node.interface);
+            tracing::warn!(
+                interface = %config.node.interface,
+                error = %err,
+                "cannot restore the interface's forwarding setting"
+            );
         }
     }
     Ok(())
@@ -186,7 +204,11 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
     if let Ok(index) = ifindex(&config.node.interface) {
         for addr in backends {
             if let Err(err) = neighbour::remove(index, addr) {
-                log::warn!("removing neighbour entry for {addr}: {err}");
+                tracing::warn!(
+                    backend = %addr,
+                    error = %err,
+                    "cannot remove the backend's neighbour entry, leaving it"
+                );
             }
         }
     }

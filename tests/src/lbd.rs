@@ -34,6 +34,10 @@ fn binary(var: &str, name: &str) -> PathBuf {
 
 /// A running `lbd`; torn down (SIGINT) and reaped on drop.
 ///
+/// Everything this waits for is read from lbd's admin API (`/v1/status`,
+/// `/v1/backends`), never from its log: log wording is for people and may change.
+/// The log is kept (see [`LbdProcess::log`]) to show in failure messages.
+///
 /// Its pins live on a private bpffs mounted in the test's own temporary directory:
 /// `ip netns exec` gives lbd a fresh /sys, so /sys/fs/bpf would not outlive one lbd
 /// process, and a shared path would collide between tests running in parallel. The
@@ -44,6 +48,8 @@ pub struct LbdProcess {
     /// The soft and hard open-file limits lbd starts with (`None`: the test's own;
     /// a hard `None` keeps the test's).
     nofile: Option<(u64, Option<u64>)>,
+    /// Extra arguments after `--config FILE` (e.g. `--log-format json`).
+    args: Vec<String>,
     log: PathBuf,
     ns_name: String,
     config: PathBuf,
@@ -53,8 +59,8 @@ pub struct LbdProcess {
 
 impl LbdProcess {
     /// Writes `config` to a temporary file and starts `lbd` on it inside `ns`, then
-    /// waits (at most 20 s) until it reports the program attached and its admin socket
-    /// served.
+    /// waits (at most 20 s) until its admin socket answers `/v1/status` (lbd serves it
+    /// once the program is attached and every service programmed).
     pub fn start(ns: &Netns, config: &str) -> Self {
         Self::start_with_state(ns, config, &[])
     }
@@ -62,14 +68,32 @@ impl LbdProcess {
     /// Like [`LbdProcess::start`], with files written into lbd's state directory first
     /// (e.g. `fade-in.json` with ramp start times).
     pub fn start_with_state(ns: &Netns, config: &str, state: &[(&str, &str)]) -> Self {
-        Self::start_full(ns, config, state, None)
+        Self::start_full(ns, config, state, None, &[])
     }
 
     /// Like [`LbdProcess::start`], with lbd's soft open-file limit set to `soft` — as
     /// service managers start daemons with 1024 — and its hard limit to `hard` (`None`
     /// keeps the test's).
     pub fn start_with_nofile(ns: &Netns, config: &str, soft: u64, hard: Option<u64>) -> Self {
-        Self::start_full(ns, config, &[], Some((soft, hard)))
+        Self::start_full(ns, config, &[], Some((soft, hard)), &[])
+    }
+
+    /// Like [`LbdProcess::start`], with `args` added to lbd's command line (e.g.
+    /// `["--log-format", "json"]`); restarts keep them.
+    pub fn start_with_args(ns: &Netns, config: &str, args: &[&str]) -> Self {
+        Self::start_full(ns, config, &[], None, args)
+    }
+
+    /// Like [`LbdProcess::start_with_nofile`] with `args` added, as
+    /// [`LbdProcess::start_with_args`] does.
+    pub fn start_with_nofile_and_args(
+        ns: &Netns,
+        config: &str,
+        soft: u64,
+        hard: Option<u64>,
+        args: &[&str],
+    ) -> Self {
+        Self::start_full(ns, config, &[], Some((soft, hard)), args)
     }
 
     fn start_full(
@@ -77,6 +101,7 @@ impl LbdProcess {
         config: &str,
         state: &[(&str, &str)],
         nofile: Option<(u64, Option<u64>)>,
+        args: &[&str],
     ) -> Self {
         let dir = TempDir::new("lbd");
         let state_dir = dir.path().join("state");
@@ -89,6 +114,7 @@ impl LbdProcess {
         let mut lbd = Self {
             child: None,
             nofile,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
             log: dir.path().join("lbd.log"),
             ns_name: ns.name().to_owned(),
             config: config_path,
@@ -166,13 +192,51 @@ impl LbdProcess {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("lbctl {args:?}: {e}: {out}"))
     }
 
+    /// `GET path` on lbd's admin socket: the `data` of its answer.
+    ///
+    /// # Errors
+    /// Nothing answers (lbd starting or gone), or lbd answered with an error.
+    pub fn admin(&self, path: &str) -> Result<serde_json::Value, lb_admin::client::ClientError> {
+        lb_admin::client::get(&self.admin_socket(), path)
+    }
+
+    /// `GET /v1/status`; panics with the log if lbd does not answer.
+    pub fn status(&self) -> serde_json::Value {
+        self.admin("/v1/status")
+            .unwrap_or_else(|e| panic!("/v1/status: {e}\n{}", self.log()))
+    }
+
+    /// Polls `path` on the admin API (every 50 ms, `limit` at most) until `ok` holds for
+    /// its answer, and returns that answer. Panics with `what`, the last answer and the
+    /// log when time runs out or lbd exits.
+    pub fn wait_admin(
+        &mut self,
+        what: &str,
+        path: &str,
+        limit: Duration,
+        mut ok: impl FnMut(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            self.assert_running(what);
+            let last = match self.admin(path) {
+                Ok(v) if ok(&v) => return v,
+                Ok(v) => v.to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                start.elapsed() < limit,
+                "{what}: not within {limit:?}; {path} answered {last}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The source of `kind` (`config`, `endpointslices`, `etcd`, `routes`) in `lbctl
     /// status`, if lbd reports one.
     pub fn source(&self, kind: &str) -> Option<serde_json::Value> {
-        let status = self.lbctl_json(&["status"]);
-        status["sources"]
-            .as_array()
-            .and_then(|s| s.iter().find(|s| s["kind"] == kind).cloned())
+        source_in(&self.status(), kind)
     }
 
     /// Waits (15 s at most, polling the admin API) until the source of `kind`
@@ -184,20 +248,47 @@ impl LbdProcess {
         what: &str,
         ok: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let start = Instant::now();
-        loop {
-            self.assert_running(what);
-            let src = self.source(kind).unwrap_or_default();
-            if ok(&src) {
-                return src;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(15),
-                "{what}: the {kind} source is {src}\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let status = self.wait_admin(what, "/v1/status", Duration::from_secs(15), |s| {
+            ok(&source_in(s, kind).unwrap_or_default())
+        });
+        source_in(&status, kind).unwrap_or_default()
+    }
+
+    /// Waits (`limit` at most) until backend `address` of `service` in `/v1/backends`
+    /// satisfies `ok` (it is `Null` while the service lists no such backend), and
+    /// returns it.
+    pub fn wait_backend(
+        &mut self,
+        service: &str,
+        address: std::net::IpAddr,
+        limit: Duration,
+        ok: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let find = |all: &serde_json::Value| {
+            all.as_array()
+                .and_then(|b| {
+                    b.iter()
+                        .find(|b| b["address"] == address.to_string())
+                        .cloned()
+                })
+                .unwrap_or_default()
+        };
+        let path = format!("/v1/backends/{service}");
+        let what = format!("backend {address} of {service}");
+        let all = self.wait_admin(&what, &path, limit, |all| ok(&find(all)));
+        find(&all)
+    }
+
+    /// A data-plane counter (`lbctl stats`: verdicts and reasons summed over CPUs, by
+    /// the names `lbctl` and the metrics use; absent means zero).
+    pub fn counter(&self, name: &str) -> u64 {
+        let stats = self.lbctl_json(&["stats"]);
+        stats["counters"]
+            .as_array()
+            .expect("counters")
+            .iter()
+            .find(|pair| pair[0] == name)
+            .map_or(0, |pair| pair[1].as_u64().expect("counter value"))
     }
 
     /// Panics (with `what` and the log) if lbd has exited.
@@ -243,14 +334,12 @@ impl LbdProcess {
             .append(true)
             .open(&self.log)
             .expect("open log");
-        // lbd logs its admin socket after attaching: waiting for that line means lbctl
-        // can talk to it as soon as this returns.
-        let before = self.log().matches("admin API on").count();
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.ns_name])
             .arg(lbd_binary())
             .arg("--config")
             .arg(&self.config)
+            .args(&self.args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("dup log"))
@@ -279,8 +368,16 @@ impl LbdProcess {
             }
         }
         let child = cmd.spawn().expect("spawn lbd");
+        // `ip netns exec` execs lbd, so the child pid is lbd's: an answer with it comes
+        // from this lbd, not from one it is taking over from.
+        let pid = u64::from(child.id());
         self.child = Some(child);
-        self.wait_for_log("admin API on", before + 1, Duration::from_secs(20));
+        self.wait_admin(
+            "lbd serves its admin API",
+            "/v1/status",
+            Duration::from_secs(20),
+            |s| s["pid"] == pid,
+        );
     }
 
     /// Stops lbd with SIGTERM (it leaves the pinned data plane forwarding), waits for
@@ -321,28 +418,41 @@ impl LbdProcess {
         None
     }
 
-    /// Replaces the config file and sends SIGHUP; waits until lbd logs the outcome
-    /// (`reloaded` or `reload rejected`) and returns that log line.
-    pub fn reload(&mut self, config: &str) -> String {
+    /// Replaces the config file and sends SIGHUP; waits (20 s at most) until the admin
+    /// API shows the outcome and returns it: a new `config_generation` when the config
+    /// applied, or a config source state that changed to `rejected, …` when it was
+    /// refused (or failed part-way).
+    ///
+    /// A rejection that reads exactly like the one already shown cannot be told from
+    /// no answer yet: consecutive rejected reloads must fail differently (or a good one
+    /// must come between).
+    pub fn reload(&mut self, config: &str) -> ReloadOutcome {
+        let before = self.status();
+        let generation = before["config_generation"].as_u64().expect("generation");
+        let state = config_state(&before);
         if config.contains("[node]\n") {
             self.write_config(config);
         } else {
             std::fs::write(&self.config, config).expect("write config");
         }
-        let before = self.log().lines().filter(|l| l.contains("reload")).count();
         let pid = self.child.as_ref().expect("running").id() as i32;
         // SAFETY: kill on a pid we own and have not reaped.
         unsafe { libc::kill(pid, libc::SIGHUP) };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().filter(|l| l.contains("reload")).collect();
-            if lines.len() > before {
-                return lines[before].to_owned();
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let after = self.wait_admin(
+            "lbd reports the reload",
+            "/v1/status",
+            Duration::from_secs(20),
+            |s| {
+                s["config_generation"].as_u64() > Some(generation)
+                    || (config_state(s) != state && config_state(s).starts_with("rejected"))
+            },
+        );
+        match after["config_generation"].as_u64() {
+            Some(g) if g > generation => ReloadOutcome::Applied { generation: g },
+            _ => ReloadOutcome::Rejected {
+                state: config_state(&after),
+            },
         }
-        panic!("lbd did not report the reload:\n{}", self.log());
     }
 
     /// Rewrites the config file without signalling lbd (it watches the file).
@@ -350,33 +460,23 @@ impl LbdProcess {
         self.write_config(config);
     }
 
-    /// Everything `lbd` has logged so far.
+    /// Everything `lbd` has logged so far (stdout and stderr), for failure messages.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn wait_for_log(&mut self, needle: &str, count: usize, limit: Duration) {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if self.log().matches(needle).count() >= count {
-                return;
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "lbd exited with {status} before {needle:?}:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "lbd did not log {needle:?} within {limit:?}:\n{}",
-            self.log()
-        );
+    /// lbd's log as events, for an lbd started with `--log-format json`: one JSON
+    /// object per line. Panics, naming the line, if a line is not one.
+    pub fn log_events(&self) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line:?}"));
+                assert!(v.is_object(), "not a JSON object: {line:?}");
+                v
+            })
+            .collect()
     }
 
     /// Sends SIGINT (tear everything down) and waits for a clean exit; returns the exit
@@ -408,6 +508,60 @@ impl Drop for LbdProcess {
     fn drop(&mut self) {
         self.signal_and_wait(libc::SIGINT);
     }
+}
+
+/// What a SIGHUP reload came to, as the admin API tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// The config loaded and applied; `config_generation` is now `generation`.
+    Applied {
+        /// The new generation.
+        generation: u64,
+    },
+    /// Refused or failed part-way; the old config runs.
+    Rejected {
+        /// The config source's state in `/v1/status`: `rejected, running the last
+        /// good config: ` and the error (file, line, field, problem).
+        state: String,
+    },
+}
+
+impl ReloadOutcome {
+    /// Whether the config applied.
+    pub fn applied(&self) -> bool {
+        matches!(self, Self::Applied { .. })
+    }
+
+    /// The config source's state if the reload was refused.
+    pub fn rejected(&self) -> Option<&str> {
+        match self {
+            Self::Applied { .. } => None,
+            Self::Rejected { state } => Some(state),
+        }
+    }
+}
+
+impl std::fmt::Display for ReloadOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Applied { generation } => write!(f, "reloaded (config generation {generation})"),
+            Self::Rejected { state } => write!(f, "reload {state}"),
+        }
+    }
+}
+
+/// The source of `kind` in a `/v1/status` answer.
+fn source_in(status: &serde_json::Value, kind: &str) -> Option<serde_json::Value> {
+    status["sources"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["kind"] == kind).cloned())
+}
+
+/// The config source's state in a `/v1/status` answer (`ok` or `rejected, …`).
+fn config_state(status: &serde_json::Value) -> String {
+    source_in(status, "config")
+        .and_then(|s| s["state"].as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// A private bpf filesystem mounted on a directory; unmounted (and every pin in it
@@ -534,21 +688,6 @@ pub fn nat_config(
             1,
         )
         .replace("protocol = ", "mode = \"nat\"\nprotocol = ")
-}
-
-/// A value from lbd's `data plane counters:` shutdown line (absent means zero).
-///
-/// # Panics
-/// If the log has no counters line.
-pub fn counter_in_log(log: &str, name: &str) -> u64 {
-    let line = log
-        .lines()
-        .find(|l| l.contains("data plane counters:"))
-        .unwrap_or_else(|| panic!("no counters line in lbd's log:\n{log}"));
-    line.split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map_or(0, |(_, v)| v.parse().expect("counter value"))
 }
 
 /// `GET /metrics` from lbd's default metrics address inside `ns` (its loopback); the

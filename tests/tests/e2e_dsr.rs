@@ -110,19 +110,18 @@ fn steer_through_vip(mode: &str, family: Family) {
         udp.served
     );
 
-    let (code, log) = lbd.stop();
-    assert_eq!(code, Some(0), "lbd exit status; log:\n{log}");
     // The traffic really went through XDP: every TCP connection sends at least its
     // SYN, request and FIN to the VIP, every UDP exchange one datagram.
-    let tx = lb_testbed::lbd::counter_in_log(&log, "tx");
+    let tx = lbd.counter("tx");
     let least = (CONNECTIONS * 3 + DATAGRAMS) as u64;
-    assert!(tx >= least, "XDP_TX count {tx} < {least}; log:\n{log}");
-    assert_eq!(
-        lb_testbed::lbd::counter_in_log(&log, "drop_malformed"),
-        0,
-        "{log}"
+    assert!(
+        tx >= least,
+        "XDP_TX count {tx} < {least}; log:\n{}",
+        lbd.log()
     );
-    assert!(log.contains("detaching"), "{log}");
+    assert_eq!(lbd.counter("drop_malformed"), 0, "{}", lbd.log());
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "lbd exit status; log:\n{log}");
     assert!(!xdp_attached(&topo), "XDP still attached after lbd exited");
 }
 

@@ -29,18 +29,17 @@ fn config() -> String {
     )
 }
 
-fn wait_for_log(lbd: &LbdProcess, needle: &str, limit: Duration) -> Duration {
+/// Waits until `/v1/backends` shows backend `i` of `service` with `health`; how long
+/// that took.
+fn wait_health(lbd: &mut LbdProcess, service: &str, i: usize, health: &str) -> Duration {
     let start = Instant::now();
-    while start.elapsed() < limit {
-        if lbd.log().contains(needle) {
-            return start.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!(
-        "lbd did not log {needle:?} within {limit:?}:\n{}",
-        lbd.log()
+    lbd.wait_backend(
+        service,
+        backend_addr(i).into(),
+        Duration::from_secs(10),
+        |b| b["health"] == health,
     );
+    start.elapsed()
 }
 
 #[test]
@@ -54,7 +53,7 @@ fn an_unhealthy_backend_gets_no_new_flows_and_nothing_breaks() {
     );
     let health = |i: usize| Server::http(&topo.backends[i], backend_addr(i), 8081, "ok");
     let mut checks: Vec<Option<Server>> = (0..3).map(|i| Some(health(i))).collect();
-    let lbd = LbdProcess::start(&topo.lb, &config());
+    let mut lbd = LbdProcess::start(&topo.lb, &config());
 
     let mut held = Held::open(&topo.client, SocketAddr::new(VIP.into(), 7000), 30);
     let on: Vec<String> = held
@@ -68,14 +67,13 @@ fn an_unhealthy_backend_gets_no_new_flows_and_nothing_breaks() {
 
     // backend-2's health endpoint goes away (its service keeps running).
     checks[1] = None;
-    let unhealthy = format!("backend {} is unhealthy", backend_addr(1));
-    let took = wait_for_log(&lbd, &format!("web: {unhealthy}"), Duration::from_secs(10));
+    let took = wait_health(&mut lbd, "web", 1, "unhealthy");
     let bound = Duration::from_millis(FALL * INTERVAL_MS + 150 + 1000);
     assert!(
         took <= bound,
         "detected after {took:?}, more than fall × interval (+ timeout, slack) {bound:?}"
     );
-    wait_for_log(&lbd, &format!("echo: {unhealthy}"), Duration::from_secs(10));
+    wait_health(&mut lbd, "echo", 1, "unhealthy");
 
     let fresh = http_requests(&topo.client, VIP, 80, 150);
     assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
@@ -93,11 +91,7 @@ fn an_unhealthy_backend_gets_no_new_flows_and_nothing_breaks() {
 
     // It recovers: new flows reach it again.
     checks[1] = Some(health(1));
-    wait_for_log(
-        &lbd,
-        &format!("web: backend {} is healthy again", backend_addr(1)),
-        Duration::from_secs(10),
-    );
+    wait_health(&mut lbd, "web", 1, "healthy");
     let back = http_requests(&topo.client, VIP, 80, 150);
     assert!(back.failures.is_empty(), "{:?}", back.failures);
     assert!(

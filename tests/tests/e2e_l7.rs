@@ -62,6 +62,14 @@ fn spread(topo: &Topology, path: &str, n: usize) -> BTreeMap<String, usize> {
     })
 }
 
+/// Waits until lbd's status shows the `web` service's routes in force (the proxy
+/// listens before the admin API answers the first time; this makes sure it started).
+fn proxy_serves(lbd: &mut LbdProcess) {
+    lbd.wait_source("routes", "the proxy serves its routes", |s| {
+        s["state"] == "ok"
+    });
+}
+
 fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ok() {
@@ -88,14 +96,12 @@ fn http_vip_routes_balances_follows_health_and_reloads_routes() {
     let log = dir.path().join("access.log");
     std::fs::write(&routes, "hello: Path(\"/hello\") -> inlineContent(\"hi from v1\") -> <shunt>;\nall: * -> <roundRobin>;\n").expect("routes");
     let routes_path = routes.display().to_string();
-    let lbd = LbdProcess::start(
+    let mut lbd = LbdProcess::start(
         &topo.lb,
         &config(&routes.display().to_string(), &log.display().to_string()),
     );
 
-    wait_until("the proxy listens", Duration::from_secs(10), || {
-        lbd.log().contains("l7 service web: listening")
-    });
+    proxy_serves(&mut lbd);
     assert_eq!(
         spread(&topo, "/hello", 3),
         BTreeMap::from([("hi from v1".to_owned(), 3)])
@@ -113,9 +119,12 @@ fn http_vip_routes_balances_follows_health_and_reloads_routes() {
 
     // Backend 1's health check fails: it leaves the proxy's endpoint set.
     health[1] = None;
-    wait_until("b1 marked unhealthy", Duration::from_secs(10), || {
-        lbd.log().contains("unhealthy")
-    });
+    lbd.wait_backend(
+        "web",
+        backend_addr(1).into(),
+        Duration::from_secs(10),
+        |b| b["health"] == "unhealthy",
+    );
     std::thread::sleep(Duration::from_millis(300));
     let by = spread(&topo, "/", 40);
     assert_eq!(
@@ -135,32 +144,21 @@ fn http_vip_routes_balances_follows_health_and_reloads_routes() {
         "hello: Path(\"/hello\") -> inlineContent(\"v3\" -> <shunt>;\n",
     )
     .expect("routes");
-    wait_until("the broken edit reported", Duration::from_secs(10), || {
-        lbd.log().contains("keeping the previous routes")
+    // lbctl status names the refused route file (a routes source, like the config's),
+    // with line, column and what was expected.
+    let routes_source = lbd.wait_source("routes", "the broken edit reported", |s| {
+        s["state"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("rejected"))
     });
-    let log_text = lbd.log();
-    assert!(
-        log_text.contains("web.eskip: line 1, column 45: expected `,` or `)`, found `->`"),
-        "{log_text}"
+    assert_eq!(routes_source["location"], routes_path.as_str());
+    assert_eq!(
+        routes_source["state"],
+        "rejected, previous routes serve: line 1, column 45: expected `,` or `)`, found `->`"
     );
     assert_eq!(
         spread(&topo, "/hello", 2),
         BTreeMap::from([("hi from v2".to_owned(), 2)])
-    );
-    // lbctl status names the refused route file (a routes source, like the config's).
-    let status = lbd.lbctl_json(&["status"]);
-    let routes_source = status["sources"]
-        .as_array()
-        .expect("sources")
-        .iter()
-        .find(|s| s["kind"] == "routes")
-        .unwrap_or_else(|| panic!("no routes source in {status}"))
-        .clone();
-    assert_eq!(routes_source["location"], routes_path.as_str());
-    let state = routes_source["state"].as_str().expect("state");
-    assert!(
-        state.starts_with("rejected, previous routes serve: line 1, column 45"),
-        "{state}"
     );
 
     // The proxy's counters on /metrics: every answer so far was a 2xx, backend 1 got
@@ -257,9 +255,7 @@ fn an_lbd_restart_under_load_fails_no_request() {
     lb_testbed::needs_root!();
     let bed = L7Bed::build();
     let mut lbd = LbdProcess::start(&bed.topo.lb, &bed.config("shutdown_timeout = \"10s\""));
-    wait_until("the proxy listens", Duration::from_secs(10), || {
-        lbd.log().contains("l7 service web: listening")
-    });
+    proxy_serves(&mut lbd);
     const PER_CLIENT: usize = 500;
     let kinds = [Kind::KeepAlive, Kind::KeepAlive, Kind::Close, Kind::H2];
     let done = Arc::new(AtomicUsize::new(0));
@@ -378,15 +374,13 @@ fn ten_thousand_silent_connections_under_a_1024_file_limit_leave_room_for_a_clie
     let bed = L7Bed::build();
     // Heads may take 60 s: the silent connections stay for the whole test unless lbd
     // closes them to make room.
-    let lbd = LbdProcess::start_with_nofile(
+    let mut lbd = LbdProcess::start_with_nofile(
         &bed.topo.lb,
         &bed.config("header_timeout = \"60s\""),
         1024,
         None,
     );
-    wait_until("the proxy listens", Duration::from_secs(10), || {
-        lbd.log().contains("l7 service web: listening")
-    });
+    proxy_serves(&mut lbd);
     let lb = bed.topo.lb.name().to_owned();
     let (silent, held, ok, failed) = bed.topo.client.run(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -481,22 +475,31 @@ fn out_of_file_descriptors_lbd_neither_spins_nor_floods_its_log() {
     // A hard limit lbd cannot raise past, filled by silent connections.
     const FILES: u64 = 300;
     let bed = L7Bed::build();
-    let lbd = LbdProcess::start_with_nofile(
+    // JSON lines: what is counted below are events with structured fields, not words.
+    let mut lbd = LbdProcess::start_with_nofile_and_args(
         &bed.topo.lb,
         &bed.config("header_timeout = \"60s\""),
         FILES,
         Some(FILES),
+        &["--log-format", "json"],
     );
-    wait_until("the proxy listens", Duration::from_secs(10), || {
-        lbd.log().contains("l7 service web: listening")
-    });
-    let accept_lines = |log: &str| log.lines().filter(|l| l.contains("accept")).count();
-    let malformed_lines = |log: &str| {
-        log.lines()
-            .filter(|l| l.contains("malformed request"))
+    proxy_serves(&mut lbd);
+    // A failed accept on any of lbd's sockets (l7 workers, metrics, admin) says how
+    // long it waits; a malformed request names its client.
+    let accept_lines = |events: &[serde_json::Value]| {
+        events
+            .iter()
+            .filter(|e| e["fields"]["retry_ms"].is_u64())
             .count()
     };
-    let before = (accept_lines(&lbd.log()), malformed_lines(&lbd.log()));
+    let malformed_lines = |events: &[serde_json::Value]| {
+        events
+            .iter()
+            .filter(|e| e["level"] == "WARN" && e["fields"]["client"].is_string())
+            .count()
+    };
+    let events = lbd.log_events();
+    let before = (accept_lines(&events), malformed_lines(&events));
     const WINDOW: Duration = Duration::from_secs(3);
     let lb = bed.topo.lb.name().to_owned();
     let (malformed_counted, silent) = bed.topo.client.run(move || {
@@ -533,14 +536,22 @@ fn out_of_file_descriptors_lbd_neither_spins_nor_floods_its_log() {
         })
     });
     let log = lbd.log();
-    let accepts = accept_lines(&log) - before.0;
-    let malformed = malformed_lines(&log) - before.1;
+    let events = lbd.log_events();
+    let accepts = accept_lines(&events) - before.0;
+    let malformed = malformed_lines(&events) - before.1;
     eprintln!(
         "200 malformed requests ({malformed_counted} counted): {malformed} log lines; then out of descriptors for {WINDOW:?}: {accepts} accept log lines"
     );
     assert!(
         malformed_counted >= 200.0,
         "the malformed requests reached lbd: {malformed_counted}"
+    );
+    // Logged, but throttled: the counts below would pass vacuously if the events
+    // lost the fields they are found by.
+    assert!(
+        malformed >= 1 && accepts >= 1,
+        "{malformed} malformed-request and {accepts} accept events:\n{}",
+        tail(&log)
     );
     assert!(
         malformed <= 3,

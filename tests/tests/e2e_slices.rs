@@ -2,10 +2,7 @@
 //! edits apply within a second or two, a broken file changes nothing, and established
 //! connections never move.
 
-use std::{
-    net::SocketAddr,
-    time::{Duration, Instant},
-};
+use std::{net::SocketAddr, time::Duration};
 
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions,
@@ -37,16 +34,31 @@ fn config(dir: &std::path::Path) -> String {
     )
 }
 
-fn wait_for(lbd: &LbdProcess, needle: &str, count: usize) {
-    let start = Instant::now();
-    while lbd.log().matches(needle).count() < count {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no {needle:?} in lbd's log:\n{}",
-            lbd.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Waits until `/v1/backends/<service>` lists exactly `want` (backend index, state),
+/// in address order.
+fn wait_backends(lbd: &mut LbdProcess, service: &str, want: &[(usize, &str)]) {
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(i, s)| (backend_addr(*i).to_string(), (*s).to_owned()))
+        .collect();
+    lbd.wait_admin(
+        &format!("{service} lists {want:?}"),
+        &format!("/v1/backends/{service}"),
+        Duration::from_secs(10),
+        |all| {
+            let mut have: Vec<(String, String)> = all
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| {
+                    let field = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+                    (field("address"), field("state"))
+                })
+                .collect();
+            have.sort();
+            have == want
+        },
+    );
 }
 
 #[test]
@@ -60,7 +72,7 @@ fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
     );
     let slices = TempDir::new("slices");
     slices.write("web.yaml", &slice(&[(0, READY), (1, READY), (2, READY)]));
-    let lbd = LbdProcess::start(&topo.lb, &config(slices.path()));
+    let mut lbd = LbdProcess::start(&topo.lb, &config(slices.path()));
 
     let first = http_requests(&topo.client, VIP, 80, 90);
     assert!(
@@ -79,12 +91,11 @@ fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
     // backend-1 starts terminating (serving), backend-3 disappears.
     std::thread::sleep(Duration::from_millis(1100)); // a new modification time
     slices.write("web.yaml", &slice(&[(0, DRAINING), (1, READY)]));
-    // Both services (ports http and echo) come from the edited slice.
-    wait_for(
-        &lbd,
-        "EndpointSlices changed: 2 services reprogrammed, 0 unchanged",
-        1,
-    );
+    // Both services (ports http and echo) come from the edited slice: backend-1
+    // drains (terminating), backend-3 is gone.
+    for service in ["web", "echo"] {
+        wait_backends(&mut lbd, service, &[(0, "draining"), (1, "active")]);
+    }
     let after = http_requests(&topo.client, VIP, 80, 60);
     assert!(after.failures.is_empty(), "{:?}", after.failures);
     assert_eq!(
@@ -103,7 +114,17 @@ fn endpointslice_changes_drive_new_flows_and_never_break_old_ones() {
 
     // A broken file is reported with its path and changes nothing.
     slices.write("broken.yaml", "kind: EndpointSlice\nendpoints: [unclosed\n");
-    wait_for(&lbd, "broken.yaml", 1);
+    let src = lbd.wait_source("endpointslices", "the broken file reported", |s| {
+        s["state"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("rejected "))
+    });
+    assert!(
+        src["state"]
+            .as_str()
+            .is_some_and(|s| s.contains("broken.yaml")),
+        "names the file: {src}"
+    );
     let still = http_requests(&topo.client, VIP, 80, 30);
     assert!(still.failures.is_empty(), "{:?}", still.failures);
     assert_eq!(

@@ -153,25 +153,53 @@ where
             .serve_connection(TokioIo::new(stream), service)
             .await
         {
-            log::debug!("admin connection: {e}");
+            tracing::debug!(error = %e, "admin connection ended");
         }
     });
 }
 
-/// The admin socket; removed when dropped.
+/// The admin socket: it stops accepting and its file is removed when this is dropped
+/// (so that the next lbd of a handover can bind it while this one still runs).
 #[derive(Debug)]
 pub struct AdminSocket {
     path: PathBuf,
+    accepting: Option<tokio::task::AbortHandle>,
 }
 
 impl Drop for AdminSocket {
     fn drop(&mut self) {
+        if let Some(task) = &self.accepting {
+            task.abort();
+        }
         let _ = std::fs::remove_file(&self.path);
     }
 }
 
+/// The metrics listener: it stops accepting, and the port is free again, when this is
+/// dropped.
+#[derive(Debug)]
+pub struct MetricsListener {
+    local: SocketAddr,
+    accepting: tokio::task::AbortHandle,
+}
+
+impl MetricsListener {
+    /// The address it listens on.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+impl Drop for MetricsListener {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
 /// Binds the admin socket at `path` (mode 0600: the API shows the node's whole
-/// configuration) and serves it until the runtime ends. Call inside a tokio runtime.
+/// configuration) and serves it until the returned guard is dropped (or the runtime
+/// ends). Call inside a tokio runtime.
 ///
 /// # Errors
 /// Another lbd answers on `path`, or the socket cannot be created.
@@ -191,11 +219,12 @@ pub fn serve_unix(path: &Path, queries: Queries) -> std::io::Result<AdminSocket>
         _ => {}
     }
     let listener = tokio::net::UnixListener::bind(path)?;
-    let guard = AdminSocket {
+    let mut guard = AdminSocket {
         path: path.to_owned(),
+        accepting: None,
     };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         // A failed accept (no file descriptor left) backs off: the connection still in
         // the backlog would make the loop spin and log without end.
         let mut backoff = AcceptBackoff::default();
@@ -205,21 +234,23 @@ pub fn serve_unix(path: &Path, queries: Queries) -> std::io::Result<AdminSocket>
                     backoff.reset();
                     serve_connection(stream, queries.clone(), false);
                 }
-                Err(e) => tokio::time::sleep(backoff.failed("admin socket", &e)).await,
+                Err(e) => tokio::time::sleep(backoff.failed("admin", &e)).await,
             }
         }
     });
+    guard.accepting = Some(task.abort_handle());
     Ok(guard)
 }
 
-/// Serves `/metrics` on `addr` until the runtime ends. Call inside a tokio runtime.
+/// Serves `/metrics` on `addr` until the returned listener is dropped (or the runtime
+/// ends). Call inside a tokio runtime.
 ///
 /// # Errors
 /// The address cannot be bound.
-pub async fn serve_metrics(addr: SocketAddr, queries: Queries) -> std::io::Result<SocketAddr> {
+pub async fn serve_metrics(addr: SocketAddr, queries: Queries) -> std::io::Result<MetricsListener> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut backoff = AcceptBackoff::default();
         loop {
             match listener.accept().await {
@@ -231,7 +262,10 @@ pub async fn serve_metrics(addr: SocketAddr, queries: Queries) -> std::io::Resul
             }
         }
     });
-    Ok(local)
+    Ok(MetricsListener {
+        local,
+        accepting: task.abort_handle(),
+    })
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ pub fn ensure(pin_dir: &Path) -> io::Result<()> {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        log::info!("mounted bpffs at {DEFAULT_MOUNT}");
+        tracing::info!(path = DEFAULT_MOUNT, "mounted a bpf filesystem");
         return Ok(());
     }
     Err(io::Error::new(

@@ -183,7 +183,10 @@ impl KernelDataplane {
         let mut maps = MapSet::take(&mut ebpf)?;
         if let Some(m) = &migration {
             let copied = m.copy(&mut maps)?;
-            log::info!("copied {copied} flows from pinned tables of another shape");
+            tracing::info!(
+                flows = copied,
+                "copied the flows of pinned tables of another size into the new ones"
+            );
         }
         Ok(Self {
             maps,
@@ -203,7 +206,10 @@ impl KernelDataplane {
     pub fn finish_migration(&mut self) -> Result<(), DataplaneError> {
         if let Some(m) = self.migration.take() {
             let copied = m.finish(&mut self.maps)?;
-            log::info!("copied {copied} more flows; the replaced flow tables are released");
+            tracing::info!(
+                flows = copied,
+                "copied the flows admitted meanwhile, released the replaced flow tables"
+            );
         }
         Ok(())
     }
@@ -372,7 +378,11 @@ impl KernelDataplane {
         }
         match std::fs::remove_dir(pin_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                log::warn!("leaving {}: {e}", pin_dir.display());
+                tracing::warn!(
+                    path = %pin_dir.display(),
+                    error = %e,
+                    "pin directory not removed, leaving it"
+                );
                 Ok(())
             }
             _ => Ok(()),

@@ -101,10 +101,13 @@ impl Migration {
             if info.max_entries() == entries && info.map_flags() == flags {
                 continue;
             }
-            log::info!(
-                "{name}: {} entries (flags {:#x}) pinned, {entries} (flags {flags:#x}) wanted: copying the flows into a new map",
-                info.max_entries(),
-                info.map_flags()
+            tracing::info!(
+                map = name,
+                pinned_entries = info.max_entries(),
+                pinned_flags = %format_args!("{:#x}", info.map_flags()),
+                entries,
+                flags = %format_args!("{flags:#x}"),
+                "pinned map has another size, copying its flows into a new map"
             );
             // bpffs renames nothing: the old map is pinned a second time aside, then
             // unpinned from its name, so it always has a pin (and lbd stopping here

@@ -145,12 +145,19 @@ impl NatSweeper {
             waited = std::time::Duration::ZERO;
             match self.sweep() {
                 Ok(r) if r.released > 0 => {
-                    log::debug!("nat sweep: {} of {} ports released", r.released, r.walked);
+                    tracing::debug!(
+                        released = r.released,
+                        walked = r.walked,
+                        "nat sweep released ports"
+                    );
                 }
                 Ok(_) => {}
                 Err(e) => {
                     if last_error.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(60)) {
-                        log::warn!("nat sweep failed: {e}");
+                        tracing::warn!(
+                            error = %e,
+                            "nat sweep failed, trying again next interval"
+                        );
                         last_error = Some(std::time::Instant::now());
                     }
                 }

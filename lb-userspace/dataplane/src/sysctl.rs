@@ -24,7 +24,12 @@ impl Forwarding {
         let previous = fs::read_to_string(&path)?.trim().to_owned();
         if previous != "1" {
             fs::write(&path, "1")?;
-            log::info!("enabled {family} forwarding on {interface} (was {previous})");
+            tracing::info!(
+                family,
+                interface,
+                previous = %previous,
+                "enabled forwarding on the interface"
+            );
         }
         Ok(Self { path, previous })
     }

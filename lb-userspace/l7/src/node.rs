@@ -63,7 +63,10 @@ impl L7Node {
             match start(config) {
                 Ok(p) => self.proxy = Some(p),
                 Err(e) => {
-                    log::error!("starting the l7 proxy: {e}");
+                    tracing::error!(
+                        error = %e,
+                        "cannot start the l7 proxy, l7 services are not served"
+                    );
                     return;
                 }
             }
@@ -72,7 +75,19 @@ impl L7Node {
         proxy.adopt(std::mem::take(&mut self.inherited));
         let errors = proxy.apply(&inputs);
         for e in &errors {
-            log::error!("l7: {e}");
+            if let super::proxy::ApplyError::Listen {
+                service,
+                addr,
+                source,
+            } = e
+            {
+                tracing::error!(
+                    service = %service,
+                    listen = %addr,
+                    error = %source,
+                    "cannot listen, the l7 service is not served"
+                );
+            }
         }
         // A source whose text changed is ok unless this apply refused it.
         for input in &inputs {
@@ -86,6 +101,27 @@ impl L7Node {
                     }
                     _ => None,
                 });
+                let file = config
+                    .services
+                    .iter()
+                    .find(|s| s.name == input.name)
+                    .and_then(|s| s.routes_file.as_deref())
+                    .map(tracing::field::display);
+                match &refused {
+                    Some(error) => tracing::error!(
+                        service = %input.name,
+                        source = "routes",
+                        file,
+                        %error,
+                        "routes refused, the previous routes serve"
+                    ),
+                    None => tracing::info!(
+                        service = %input.name,
+                        source = "routes",
+                        file,
+                        "routes loaded"
+                    ),
+                }
                 self.route_states
                     .insert(input.routes_origin.clone(), refused);
             }
@@ -165,7 +201,12 @@ impl L7Node {
             entry.0 = stamp;
             match std::fs::read_to_string(file) {
                 Ok(text) => entry.1 = Some(Arc::from(text)),
-                Err(e) => log::error!("reading routes {file}: {e}; keeping the routes in force"),
+                Err(e) => tracing::error!(
+                    source = "routes",
+                    %file,
+                    error = %e,
+                    "cannot read the route file, the routes in force stay"
+                ),
             }
         }
         entry.1.clone()
@@ -202,6 +243,6 @@ fn start(config: &ValidConfig) -> Result<Proxy, String> {
         .map_err(|e| format!("access log {}: {e}", node.access_log.file))?;
     let proxy = Proxy::start(limits, node.l7.workers, Some(log), node.access_log.enabled)
         .map_err(|e| e.to_string())?;
-    log::info!("l7 proxy started");
+    tracing::info!("l7 proxy started");
     Ok(proxy)
 }

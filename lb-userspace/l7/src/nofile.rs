@@ -68,10 +68,10 @@ pub fn raise_for(config: &lb_model::config::ValidConfig) {
     match raise() {
         Ok(limit) => {
             if limit.was < limit.soft {
-                log::info!(
-                    "open-file limit raised from {} to {}",
-                    limit.was,
-                    limit.soft
+                tracing::info!(
+                    was = limit.was,
+                    now = limit.soft,
+                    "raised the open-file limit"
                 );
             }
             let l7 = config
@@ -81,14 +81,19 @@ pub fn raise_for(config: &lb_model::config::ValidConfig) {
             let max = config.node.l7.max_connections;
             let need = needed(max);
             if l7 && need > limit.soft {
-                log::warn!(
-                    "node.l7.max_connections = {max} may need {need} open files but the limit is {}: \
-                     raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) or lower max_connections",
-                    limit.soft
+                tracing::warn!(
+                    max_connections = max,
+                    needed = need,
+                    limit = limit.soft,
+                    "node.l7.max_connections may need more open files than the limit: raise the \
+                     hard limit (LimitNOFILE= in the unit, ulimit -Hn) or lower max_connections"
                 );
             }
         }
-        Err(e) => log::warn!("raising the open-file limit: {e}"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot raise the open-file limit, running with the one given"
+        ),
     }
 }
 

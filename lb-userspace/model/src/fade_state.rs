@@ -39,6 +39,15 @@ fn from_file(flat: BTreeMap<String, u64>) -> HashMap<String, HashMap<IpAddr, u64
     out
 }
 
+/// A state file that cannot be used: every backend then ramps from now.
+fn ignored(file: &std::path::Path, error: &dyn std::fmt::Display) {
+    tracing::warn!(
+        file = %file.display(),
+        %error,
+        "fade-in state unreadable, ramping every backend from now"
+    );
+}
+
 fn millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -54,11 +63,11 @@ impl FadeStarts {
             .and_then(|p| match std::fs::read_to_string(p) {
                 Ok(text) => serde_json::from_str(&text)
                     .map(from_file)
-                    .map_err(|e| log::warn!("{}: ignoring fade-in state: {e}", p.display()))
+                    .map_err(|e| ignored(p, &e))
                     .ok(),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
                 Err(e) => {
-                    log::warn!("{}: ignoring fade-in state: {e}", p.display());
+                    ignored(p, &e);
                     None
                 }
             })

@@ -1,6 +1,7 @@
 //! Limits on what a client can make lbd do over and over: a log line a client can
 //! trigger is written at most once a second per call site (with a count of those
-//! left out), and a failing `accept` backs off instead of spinning.
+//! left out, the `suppressed` field), and a failing `accept` backs off instead of
+//! spinning.
 //!
 //! Without them one client can fill the disk with log lines, and a listener that
 //! fails to accept (no file descriptor left: `EMFILE`) wakes its loop again at once,
@@ -63,16 +64,6 @@ impl Throttle {
         }
         Some(self.suppressed.swap(0, Ordering::Relaxed))
     }
-
-    /// Logs `message` at warning level if the throttle lets it pass, saying how many
-    /// were held back.
-    pub fn warn(&self, message: std::fmt::Arguments<'_>) {
-        match self.pass() {
-            Some(0) => log::warn!("{message}"),
-            Some(n) => log::warn!("{message} ({n} more like it not logged)"),
-            None => {}
-        }
-    }
 }
 
 /// The wait after failed `accept` calls: 10 ms after the first, doubling to 1 s;
@@ -101,16 +92,29 @@ impl AcceptBackoff {
         self.next = Self::FIRST;
     }
 
-    /// An accept on `what` failed with `e`: logs (at most once a second) and returns
-    /// how long to wait before the next one.
-    pub fn failed(&mut self, what: &str, e: &std::io::Error) -> Duration {
-        let wait = self.next;
-        self.log.warn(format_args!(
-            "{what}: accept: {e}; retrying in {} ms",
-            wait.as_millis()
-        ));
-        self.next = (self.next * 2).min(Self::MOST);
+    /// An accept on lbd's `listener` socket (`admin`, `metrics`, `handover`; see
+    /// `lb_userspace::logging`) failed with `error`: logs a warning (at most once a
+    /// second, with `suppressed`) and returns how long to wait before the next try.
+    pub fn failed(&mut self, listener: &str, error: &std::io::Error) -> Duration {
+        let (wait, log) = self.failed_quietly();
+        if let Some(suppressed) = log {
+            tracing::warn!(
+                listener,
+                %error,
+                retry_ms = wait.as_millis() as u64,
+                suppressed,
+                "accept failed, waiting before the next"
+            );
+        }
         wait
+    }
+
+    /// Like [`AcceptBackoff::failed`] for a caller that logs with fields of its own:
+    /// the wait, and `Some(suppressed)` when a line may be logged now.
+    pub fn failed_quietly(&mut self) -> (Duration, Option<u64>) {
+        let wait = self.next;
+        self.next = (self.next * 2).min(Self::MOST);
+        (wait, self.log.pass())
     }
 }
 

@@ -29,15 +29,23 @@ struct Args {
     /// for the next lbd): detach the XDP program, remove the pins, and exit.
     #[arg(long, conflicts_with = "check_config")]
     cleanup: bool,
+    /// Log lines on stderr: `text` for people, `json` (one object a line) for log
+    /// pipelines. `RUST_LOG` filters them (default `info`).
+    #[arg(long, value_enum, default_value_t)]
+    log_format: lb_userspace::logging::LogFormat,
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
+    let format = args.log_format;
+    if let Err(err) = lb_userspace::logging::init(format) {
+        eprintln!("lbd: error: setting up the log: {err}");
+        return ExitCode::FAILURE;
+    }
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("lbd: error: {err:#}");
+            lb_userspace::logging::fatal(format, &format_args!("{err:#}"));
             ExitCode::FAILURE
         }
     }
@@ -66,29 +74,30 @@ fn run(args: Args) -> anyhow::Result<()> {
     // plane before this one touches the data plane.
     let mut predecessor = match handover::take_over(&handover_path) {
         Ok(Some(p)) => {
-            log::info!(
-                "taking over from the running lbd: {} l7 sockets",
-                p.listeners.len()
+            tracing::info!(
+                sockets = p.listeners.len(),
+                "taking over the l7 sockets of the running lbd"
             );
             Some(p)
         }
         Ok(None) => None,
         Err(e) => {
-            log::error!("{e}; starting afresh");
+            tracing::error!(error = %e, "taking over from the running lbd failed, starting afresh");
             None
         }
     };
     lb_l7::nofile::raise_for(&config);
     let agent = node::start(config).context("starting the data plane")?;
     let interface = agent.config().node.interface.clone();
-    log::info!(
-        "attached to {interface} ({:?} XDP), {} services",
-        agent.config().node.xdp_mode,
-        agent.config().services.len()
+    tracing::info!(
+        interface = %interface,
+        xdp_mode = ?agent.config().node.xdp_mode,
+        services = agent.config().services.len(),
+        "attached"
     );
     // Ports of ended nat flows are released on a thread of its own.
     let sweeper = SweeperThread::spawn(agent.dataplane().maps(), SWEEP_INTERVAL)
-        .map_err(|e| log::warn!("nat sweeper not started: {e}"))
+        .map_err(|e| tracing::warn!(error = %e, "nat sweeper not started"))
         .ok();
     let l7 = L7Node::with_listeners(
         predecessor
@@ -112,7 +121,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     match stop {
         Stop::HandedOver | Stop::LeaveRunning => node::leave_running(agent).context("stopping")?,
         Stop::TearDown => {
-            log::info!("shutting down: detaching from {interface}");
+            tracing::info!(interface = %interface, "shutting down: detaching");
             node::shutdown(agent).context("shutting down")?;
         }
     }
@@ -128,9 +137,12 @@ fn log_counters(agent: &Agent) {
                 .filter(|(_, v)| *v > 0)
                 .map(|(c, v)| format!("{}={v}", c.name()))
                 .collect();
-            log::info!("data plane counters: {}", line.join(" "));
-            log::info!("fade-in table rebuilds: {}", agent.fade_rebuilds());
+            tracing::info!(
+                counters = %line.join(" "),
+                fade_in_rebuilds = agent.fade_rebuilds(),
+                "data plane counters at exit"
+            );
         }
-        Err(err) => log::warn!("reading data plane counters: {err}"),
+        Err(err) => tracing::warn!(error = %err, "reading data plane counters failed"),
     }
 }

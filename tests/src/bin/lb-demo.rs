@@ -203,7 +203,7 @@ fn fade_in_fourth_backend(topo: &Topology, lbd: &mut LbdProcess, config: &str) -
         backend_addr(3)
     );
     let outcome = lbd.reload(&four);
-    println!("  lbd: {}", outcome.split("] ").nth(1).unwrap_or(&outcome));
+    println!("  lbd: {outcome}");
     println!(
         "{:>6}  {:>14}  share of new connections",
         "second", "backend-4"

@@ -180,9 +180,11 @@ impl<D: MapOps, H: Host> Agent<D, H> {
                 .insert(backend, next);
         }
         match (changed, outcome) {
-            (Some(true), _) => log::info!("{service}: backend {backend} is healthy again"),
+            (Some(true), _) => {
+                tracing::info!(service, backend = %backend, "backend healthy again, fading in");
+            }
             (Some(false), Outcome::Down(why)) => {
-                log::warn!("{service}: backend {backend} is unhealthy ({why}): no new flows");
+                tracing::warn!(service, backend = %backend, error = %why, "backend unhealthy: no new flows");
             }
             _ => {}
         }

@@ -230,7 +230,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         let weighted = agent.weighted_now(std::time::SystemTime::now());
         reconcile::save_starts(&mut agent.starts);
         if let Err(err) = agent.reprogram(weighted, "start") {
-            log::error!("programming the sources' services failed, retrying every second: {err}");
+            tracing::error!(error = %err, "programming the sources' services failed, retrying every second");
         }
         agent
     }

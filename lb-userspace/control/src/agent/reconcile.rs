@@ -45,14 +45,15 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             let trigger = if scanned { "endpointslices" } else { "retry" };
             let report = self.reprogram(weighted, trigger)?;
             if scanned {
-                log::info!(
-                    "EndpointSlices changed: {} services reprogrammed, {} unchanged",
-                    report.programmed,
-                    report.unchanged
+                tracing::info!(
+                    source = "endpointslices",
+                    programmed = report.programmed,
+                    unchanged = report.unchanged,
+                    "EndpointSlices changed"
                 );
             }
             if retrying {
-                log::info!("retried the failed reconcile: the data plane is up to date");
+                tracing::info!("retried the failed reconcile: the data plane is up to date");
             }
             rebuilt = true;
         }
@@ -61,7 +62,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         }
         let weighted = self.weighted_now(now);
         if !weighted.fading {
-            log::info!("fade-in complete: every backend at full weight");
+            tracing::info!("fade-in complete: every backend at full weight");
         }
         if !weights_moved(&self.applied, &weighted.specs, weighted.fading) {
             self.fading = weighted.fading;
@@ -81,6 +82,8 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         weighted: Weighted,
         trigger: &'static str,
     ) -> Result<ApplyReport, AgentError> {
+        let span = tracing::info_span!("reconcile", trigger);
+        let _entered = span.enter();
         let began = Instant::now();
         let result = self.apply_weighted(weighted);
         self.retry = result.is_err();
@@ -98,11 +101,27 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         };
         if let Ok(report) = &result {
             for r in report.refused.iter().filter(|r| !self.refused.contains(r)) {
-                log::error!("{r}; it keeps what it had");
+                tracing::error!(
+                    service = %r.service,
+                    error = %r.problem,
+                    "service refused: it keeps what it had"
+                );
             }
             self.refused.clone_from(&report.refused);
         }
-        self.last_reconcile = Some(record(trigger, began, error, &mut self.reconciles));
+        let record = record(trigger, began, error, &mut self.reconciles);
+        let elapsed_ms = record.duration_seconds * 1000.0;
+        match &result {
+            Ok(report) => tracing::debug!(
+                programmed = report.programmed,
+                unchanged = report.unchanged,
+                removed = report.removed,
+                elapsed_ms,
+                "reconciled"
+            ),
+            Err(e) => tracing::debug!(error = %e, elapsed_ms, "reconcile failed"),
+        }
+        self.last_reconcile = Some(record);
         result
     }
 
@@ -165,6 +184,6 @@ fn record(
 
 pub(super) fn save_starts(starts: &mut FadeStarts) {
     if let Err(err) = starts.save() {
-        log::warn!("saving fade-in state: {err} (ramps restart if lbd restarts)");
+        tracing::warn!(error = %err, "saving fade-in state failed: ramps restart if lbd restarts");
     }
 }

@@ -28,9 +28,9 @@ impl<D: MapOps, H: Host> Agent<D, H> {
     /// the next tick retries with the new config.
     pub fn reload(&mut self, mut config: ValidConfig) -> Result<ApplyReport, AgentError> {
         if config.node != self.desired.config.node {
-            log::warn!(
-                "node settings changed; they take effect on restart (running with {:?})",
-                self.desired.config.node
+            tracing::warn!(
+                source = "config",
+                "node settings changed; they take effect on restart (the running ones are kept)"
             );
             config.node = self.desired.config.node.clone();
             config.flow_tables = self.desired.config.flow_tables;
@@ -66,21 +66,26 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             synced |= matches!(msg, EtcdMessage::Snapshot { .. });
             match &msg {
                 EtcdMessage::Down { error } if mirror.down.is_none() => {
-                    log::error!(
-                        "etcd source degraded, keeping the last state (revision {}): {error}",
-                        mirror.revision
+                    tracing::error!(
+                        source = "etcd",
+                        revision = mirror.revision,
+                        error = %error,
+                        "etcd source degraded, keeping the last state"
                     );
                 }
                 EtcdMessage::Snapshot { revision, .. }
                     if mirror.down.is_some() || mirror.revision == 0 =>
                 {
-                    log::info!(
-                        "etcd: listed {} at revision {revision}",
-                        self.file
+                    tracing::info!(
+                        source = "etcd",
+                        prefix = self
+                            .file
                             .node
                             .etcd
                             .as_ref()
-                            .map_or("", |e| e.prefix.as_str())
+                            .map_or("", |e| e.prefix.as_str()),
+                        revision,
+                        "etcd listed"
                     );
                 }
                 _ => {}
@@ -119,7 +124,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
     fn note_rejected(&mut self, rejected: Vec<(String, String)>) {
         for (key, why) in &rejected {
             if !self.etcd_rejected.iter().any(|(k, w)| k == key && w == why) {
-                log::error!("etcd key {key}: {why} (ignored)");
+                tracing::error!(source = "etcd", key = %key, error = %why, "etcd service ignored");
             }
         }
         self.etcd_rejected = rejected;

@@ -210,13 +210,13 @@ fn from_slices(
         .filter(|b| remaps || svc.port == PortSpec::All || PortSpec::Port(b.port) == svc.port)
         .collect();
     if usable.len() < list.len() {
-        log::debug!(
-            "{}: {} endpoints of {}/{} not usable (other family, or a target port {:?} mode cannot reach)",
-            svc.name,
-            list.len() - usable.len(),
-            es.namespace,
-            es.service,
-            svc.mode
+        tracing::debug!(
+            service = %svc.name,
+            source = "endpointslices",
+            endpoints = list.len() - usable.len(),
+            slices = %format_args!("{}/{}", es.namespace, es.service),
+            mode = ?svc.mode,
+            "endpoints not usable: another family, or a target port the mode cannot reach"
         );
     }
     let any_ready = usable.iter().any(|b| b.state == EndpointState::Ready);

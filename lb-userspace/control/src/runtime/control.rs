@@ -187,16 +187,17 @@ fn apply<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State, batch: 
     let now = SystemTime::now();
     if !batch.etcd.is_empty() {
         match agent.etcd_apply(batch.etcd, now) {
-            Ok(Some(report)) => log::info!(
-                "etcd revision {}: {} services programmed, {} unchanged, {} removed",
-                agent.etcd().map_or(0, |e| e.revision),
-                report.programmed,
-                report.unchanged,
-                report.removed
+            Ok(Some(report)) => tracing::info!(
+                source = "etcd",
+                revision = agent.etcd().map_or(0, |e| e.revision),
+                programmed = report.programmed,
+                unchanged = report.unchanged,
+                removed = report.removed,
+                "etcd changes applied"
             ),
             Ok(None) => {}
             Err(err) => {
-                log::error!("applying etcd changes failed, retrying within a second: {err}");
+                tracing::error!(source = "etcd", error = %err, "applying etcd changes failed, retrying within a second");
             }
         }
     }
@@ -209,7 +210,7 @@ fn apply<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State, batch: 
     if !batch.health.is_empty()
         && let Err(err) = agent.observe_all(&batch.health, now)
     {
-        log::error!("applying a health change failed, retrying within a second: {err}");
+        tracing::error!(error = %err, "applying a health change failed, retrying within a second");
     }
 }
 
@@ -218,9 +219,9 @@ fn apply<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State, batch: 
 fn tick<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State) {
     let retrying = state.apply_pending;
     if let Err(err) = agent.tick(SystemTime::now()) {
-        log::error!("fade-in step or retry failed, retrying next second: {err}");
+        tracing::error!(error = %err, "fade-in step or retry failed, retrying next second");
     } else if retrying && agent.last_reconcile().is_some_and(|r| r.error.is_none()) {
-        log::info!("the reloaded config is applied now");
+        tracing::info!(file = %state.path.display(), "the reloaded config is applied now");
         state.apply_pending = false;
         state.generation += 1;
         state.config_error = None;
@@ -228,7 +229,7 @@ fn tick<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State) {
     let now = FileStamp::of(&state.path);
     if now != state.file {
         state.file = now;
-        log::info!("{} changed", state.path.display());
+        tracing::info!(file = %state.path.display(), "config file changed, reloading");
         reload(agent, state);
     }
 }
@@ -237,29 +238,42 @@ fn tick<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State) {
 /// (`lbctl status` shows it).
 fn reload<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State) {
     let path = state.path.clone();
+    let span = tracing::info_span!("reload", file = %path.display());
+    let _entered = span.enter();
+    let began = std::time::Instant::now();
     let config = match config::load(&path, lb_l7::check_routes) {
         Ok(config) => config,
         Err(err) => {
-            log::error!("reload rejected, keeping the running config: {err}");
+            tracing::error!(
+                source = "config",
+                file = %path.display(),
+                error = %err,
+                "reload rejected, keeping the running config"
+            );
             state.config_error = Some(err.to_string());
             return;
         }
     };
     match agent.reload(config) {
         Ok(report) => {
-            log::info!(
-                "reloaded {}: {} services programmed, {} unchanged, {} removed",
-                path.display(),
-                report.programmed,
-                report.unchanged,
-                report.removed
+            tracing::info!(
+                file = %path.display(),
+                programmed = report.programmed,
+                unchanged = report.unchanged,
+                removed = report.removed,
+                elapsed_ms = began.elapsed().as_secs_f64() * 1000.0,
+                "reloaded"
             );
             state.generation += 1;
             state.config_error = None;
             state.apply_pending = false;
         }
         Err(err) => {
-            log::error!("reload failed part-way, retrying every second: {err}");
+            tracing::error!(
+                file = %path.display(),
+                error = %err,
+                "reload failed part-way, retrying every second"
+            );
             state.config_error = Some(format!("applying the config failed part-way: {err}"));
             state.apply_pending = true;
         }

@@ -109,10 +109,11 @@ where
     let mut prober = Prober::default();
     prober.sync(&first.probes, &reports);
     if let Some(etcd) = first.agent.config.node.etcd.clone() {
-        log::info!(
-            "watching etcd {} under {}",
-            etcd.endpoints.join(","),
-            etcd.prefix
+        tracing::info!(
+            source = "etcd",
+            endpoints = %etcd.endpoints.join(","),
+            prefix = %etcd.prefix,
+            "watching etcd"
         );
         let (tx, mut rx) = mpsc::unbounded_channel();
         tokio::spawn(crate::sources::etcd::run(etcd, tx));
@@ -126,14 +127,16 @@ where
         });
     }
     let (queries, mut asked) = mpsc::channel(64);
-    let _admin = serve_admin(&first.agent.config.node, queries).await;
+    let mut admin = Some(serve_admin(&first.agent.config.node, queries.clone()).await);
     let (successors, mut successor) = mpsc::channel(1);
     let _handover = match handover::serve(&settings.handover_path, successors) {
         Ok(socket) => Some(socket),
         Err(e) => {
-            log::error!(
-                "handover socket {}: {e}; a restart cannot take over the l7 sockets",
-                settings.handover_path.display()
+            tracing::error!(
+                listener = "handover",
+                path = %settings.handover_path.display(),
+                error = %e,
+                "no handover socket: a restart cannot take over the l7 sockets"
             );
             None
         }
@@ -147,21 +150,25 @@ where
         if let Some(p) = predecessor.take()
             && let Err(e) = p.serving()
         {
-            log::warn!("telling the previous lbd that this one serves: {e}");
+            tracing::warn!(error = %e, "telling the previous lbd that this one serves failed");
         }
         tokio::select! {
             Some(next) = successor.recv() => {
-                log::info!("handing the l7 sockets over to the next lbd");
+                tracing::info!("handing the l7 sockets over to the next lbd");
                 let (agent, state, receiver) = stop_control(thread, &events)?;
+                // The next lbd binds the admin socket and the metrics port as soon as
+                // it has the l7 sockets: they must be free by then.
+                drop(admin.take());
                 match next.hand_over(&l7.listeners()) {
                     Ok(()) => {
-                        log::info!("handed over to the next lbd");
+                        tracing::info!("handed over to the next lbd");
                         return Ok(Ended { agent, l7, stop: Stop::HandedOver });
                     }
                     Err(e) => {
                         // Its proxy never stopped: carry on as before.
-                        log::error!("handover failed ({e}); resuming");
+                        tracing::error!(error = %e, "handover failed, resuming");
                         thread = spawn_control(agent, state, receiver)?;
+                        admin = Some(serve_admin(&snap.agent.config.node, queries.clone()).await);
                     }
                 }
             }
@@ -179,11 +186,11 @@ where
                 snap = Arc::clone(&published.borrow_and_update());
                 let changes = prober.sync(&snap.probes, &reports);
                 if changes.started + changes.stopped > 0 {
-                    log::info!(
-                        "health probes: {} started, {} stopped, {} running",
-                        changes.started,
-                        changes.stopped,
-                        prober.len()
+                    tracing::info!(
+                        started = changes.started,
+                        stopped = changes.stopped,
+                        running = prober.len(),
+                        "health probes changed"
                     );
                 }
             }
@@ -206,6 +213,7 @@ where
         }
     };
     let (agent, _, _) = stop_control(thread, &events)?;
+    drop(admin.take());
     Ok(Ended { agent, l7, stop })
 }
 
@@ -218,38 +226,65 @@ fn stop_control<D, H>(
     thread.join().map_err(|_| RuntimeError::ControlPanicked)
 }
 
+/// lbd's admin socket and metrics listener, while they serve.
+struct Admin {
+    _socket: Option<server::AdminSocket>,
+    _metrics: Option<server::MetricsListener>,
+}
+
 /// Starts the admin socket and the metrics listener the node settings ask for. Either
 /// failing is reported and lbd runs on without it: the data plane matters more.
-async fn serve_admin(
-    node: &lb_model::config::NodeConfig,
-    queries: Queries,
-) -> Option<server::AdminSocket> {
+async fn serve_admin(node: &lb_model::config::NodeConfig, queries: Queries) -> Admin {
+    let mut metrics = None;
     if !node.metrics_address.is_empty() {
         match node.metrics_address.parse() {
             Ok(addr) => match server::serve_metrics(addr, queries.clone()).await {
-                Ok(local) => log::info!("serving Prometheus metrics on http://{local}/metrics"),
-                Err(e) => log::error!(
-                    "metrics on {addr} (node.metrics_address): {e}; not serving metrics"
+                Ok(listener) => {
+                    tracing::info!(
+                        listener = "metrics",
+                        listen = %listener.local_addr(),
+                        "serving Prometheus metrics on /metrics"
+                    );
+                    metrics = Some(listener);
+                }
+                Err(e) => tracing::error!(
+                    listener = "metrics",
+                    listen = %addr,
+                    error = %e,
+                    "cannot listen (node.metrics_address): not serving metrics"
                 ),
             },
-            Err(e) => log::error!("node.metrics_address: {e}"),
+            Err(e) => tracing::error!(
+                listener = "metrics",
+                error = %e,
+                "node.metrics_address is not an address: not serving metrics"
+            ),
         }
     }
     if node.admin_socket.is_empty() {
-        return None;
+        return Admin {
+            _socket: None,
+            _metrics: metrics,
+        };
     }
     let path = std::path::Path::new(&node.admin_socket);
-    match server::serve_unix(path, queries) {
+    let socket = match server::serve_unix(path, queries) {
         Ok(socket) => {
-            log::info!("admin API on {}", path.display());
+            tracing::info!(listener = "admin", path = %path.display(), "admin API served");
             Some(socket)
         }
         Err(e) => {
-            log::error!(
-                "admin socket {} (node.admin_socket): {e}; lbctl cannot reach this lbd",
-                path.display()
+            tracing::error!(
+                listener = "admin",
+                path = %path.display(),
+                error = %e,
+                "no admin socket (node.admin_socket): lbctl cannot reach this lbd"
             );
             None
         }
+    };
+    Admin {
+        _socket: socket,
+        _metrics: metrics,
     }
 }

@@ -55,9 +55,11 @@ impl SliceDir {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) => {
-                log::warn!(
-                    "{}: cannot read the EndpointSlice directory: {e}",
-                    self.dir.display()
+                tracing::warn!(
+                    source = "endpointslices",
+                    path = %self.dir.display(),
+                    error = %e,
+                    "cannot read the EndpointSlice directory, keeping what it held"
                 );
                 self.unreadable = Some(e.to_string());
                 return false;
@@ -91,11 +93,12 @@ impl SliceDir {
             match parsed {
                 Ok(parsed) => {
                     for ignored in &parsed.ignored {
-                        log::debug!(
-                            "{}: document {}: ignored: {}",
-                            path.display(),
-                            ignored.index,
-                            ignored.reason
+                        tracing::debug!(
+                            source = "endpointslices",
+                            file = %path.display(),
+                            document = ignored.index,
+                            reason = %ignored.reason,
+                            "document ignored"
                         );
                     }
                     self.rejected.remove(&path);
@@ -103,7 +106,12 @@ impl SliceDir {
                     changed = true;
                 }
                 Err(e) => {
-                    log::error!("{}: {e} (keeping what it held before)", path.display());
+                    tracing::error!(
+                        source = "endpointslices",
+                        file = %path.display(),
+                        error = %e,
+                        "EndpointSlice file refused, keeping what it held before"
+                    );
                     self.rejected.insert(path.clone(), e);
                     // Remember the stamp so the same broken content is reported once.
                     let previous = self.files.remove(&path).map(|(_, p)| p).unwrap_or_default();

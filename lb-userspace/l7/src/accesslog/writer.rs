@@ -116,7 +116,11 @@ impl AccessLog {
 impl Drop for AccessLog {
     fn drop(&mut self) {
         if let Err(e) = self.flush() {
-            log::error!("writing the access log: {e}");
+            tracing::error!(
+                file = %self.settings.file,
+                error = %e,
+                "access log lines lost: writing them failed"
+            );
         }
     }
 }

@@ -228,7 +228,7 @@ pub fn serve(
                     s
                 }
                 Err(e) => {
-                    tokio::time::sleep(backoff.failed("handover socket", &e)).await;
+                    tokio::time::sleep(backoff.failed("handover", &e)).await;
                     continue;
                 }
             };
@@ -240,7 +240,14 @@ pub fn serve(
                 }
                 Err(e) => {
                     static BAD: Throttle = Throttle::per_second();
-                    BAD.warn(format_args!("handover socket: {e}"));
+                    if let Some(suppressed) = BAD.pass() {
+                        tracing::warn!(
+                            listener = "handover",
+                            error = %e,
+                            suppressed,
+                            "handover request refused"
+                        );
+                    }
                 }
             }
         }

@@ -51,11 +51,6 @@ pub(super) fn update(
             Ok(table) => {
                 running.state.routes.store(Arc::new(table));
                 running.rejected = None;
-                log::info!(
-                    "l7 service {}: routes from {} loaded",
-                    input.name,
-                    input.routes_origin
-                );
                 running.input = input.clone();
                 return Ok(());
             }

@@ -156,16 +156,22 @@ pub(super) async fn forward(
             Ok(Err(_)) if failed.load(Ordering::Relaxed) => return Err(Failure::ClientBody),
             Ok(Err(e)) if e.is_connect() => {
                 endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
-                log::debug!(
-                    "{}: connecting to {} failed: {e}",
-                    state.name,
-                    endpoint.authority
+                tracing::debug!(
+                    service = %state.name,
+                    backend = %endpoint.authority,
+                    error = %e,
+                    "connecting to the backend failed, trying the next"
                 );
                 last = Failure::Unreachable;
             }
             Ok(Err(e)) => {
                 endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
-                log::debug!("{}: {} failed: {e}", state.name, endpoint.authority);
+                tracing::debug!(
+                    service = %state.name,
+                    backend = %endpoint.authority,
+                    error = %e,
+                    "backend request failed, answering 502"
+                );
                 return Err(Failure::Upstream);
             }
             Err(_) => {

@@ -71,7 +71,15 @@ impl ServiceState {
                     .malformed
                     .fetch_add(1, Ordering::Relaxed);
                 static REFUSED: Throttle = Throttle::per_second();
-                REFUSED.warn(format_args!("{peer}: bad request: {refusal}"));
+                if let Some(suppressed) = REFUSED.pass() {
+                    tracing::warn!(
+                        service = %self.name,
+                        client = %peer,
+                        error = %refusal,
+                        suppressed,
+                        "bad request answered with 400"
+                    );
+                }
                 let status = StatusCode::BAD_REQUEST;
                 if self.shared.log_default {
                     finish.log = self.log_record(&parts, peer, trusted, time, status, None);

@@ -200,7 +200,17 @@ pub async fn accept_loop(
                 if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
                     shared.connections.pending.evict_oldest();
                 }
-                let wait = backoff.failed(&format!("l7 service {}", service.name), &e);
+                let (wait, log) = backoff.failed_quietly();
+                if let Some(suppressed) = log {
+                    tracing::warn!(
+                        listener = "l7",
+                        service = %service.name,
+                        error = %e,
+                        retry_ms = wait.as_millis() as u64,
+                        suppressed,
+                        "accept failed, waiting before the next"
+                    );
+                }
                 tokio::select! {
                     () = tokio::time::sleep(wait) => continue,
                     () = stops.wait() => return,
@@ -251,6 +261,8 @@ async fn serve(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    // The service's name for the log, after the request handler has taken `service`.
+    let named = Arc::clone(&service);
     let svc = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |req| {
@@ -319,25 +331,38 @@ async fn serve(
         shared.connections.pending.leave(ticket);
     }
     if let Err(e) = result {
-        note_error(&shared, peer, e.as_ref());
+        note_error(&shared, &named.name, peer, e.as_ref());
     }
     shared.connections.open.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// Connection errors: a malformed request (hyper has answered it with a 4xx) is
 /// counted and logged; a client that went away is not news.
-fn note_error(shared: &Shared, peer: SocketAddr, e: &(dyn std::error::Error + 'static)) {
+fn note_error(
+    shared: &Shared,
+    service: &str,
+    client: SocketAddr,
+    e: &(dyn std::error::Error + 'static),
+) {
     if let Some(h) = e.downcast_ref::<hyper::Error>() {
         if h.is_parse() || h.is_parse_too_large() || h.is_parse_status() {
             shared.connections.malformed.fetch_add(1, Ordering::Relaxed);
             static MALFORMED: Throttle = Throttle::per_second();
-            MALFORMED.warn(format_args!("{peer}: malformed request: {h}"));
+            if let Some(suppressed) = MALFORMED.pass() {
+                tracing::warn!(
+                    service,
+                    %client,
+                    error = %h,
+                    suppressed,
+                    "malformed request answered with 4xx, connection closed"
+                );
+            }
             return;
         }
         if h.is_timeout() {
-            log::debug!("{peer}: timed out: {h}");
+            tracing::debug!(service, %client, error = %h, "connection timed out");
             return;
         }
     }
-    log::debug!("{peer}: connection ended: {e}");
+    tracing::debug!(service, %client, error = %e, "connection ended");
 }

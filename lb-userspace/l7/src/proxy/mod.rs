@@ -169,7 +169,10 @@ impl Proxy {
                         std::thread::sleep(std::time::Duration::from_millis(100));
                         let Some(log) = log.upgrade() else { return };
                         if let Err(e) = log.flush() {
-                            log::error!("writing the access log: {e}");
+                            tracing::error!(
+                                error = %e,
+                                "access log lines lost: writing them failed"
+                            );
                         }
                     }
                 })?;
@@ -198,7 +201,10 @@ impl Proxy {
         for l in listeners {
             match l.local_addr() {
                 Ok(addr) => self.inherited.entry(addr).or_default().push(l),
-                Err(e) => log::warn!("l7: a handed-over socket has no address ({e}); closing it"),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "a handed-over l7 socket has no address, closing it"
+                ),
             }
         }
     }
@@ -225,9 +231,10 @@ impl Proxy {
             if !keep {
                 // Stop accepting; open connections finish what they have.
                 let _ = running.stop.send(true);
-                log::info!(
-                    "l7 service {name}: stopped listening on {}",
-                    running.input.listen
+                tracing::info!(
+                    service = %name,
+                    listen = %running.input.listen,
+                    "l7 service stopped listening, open connections finish"
                 );
             }
             keep
@@ -254,9 +261,10 @@ impl Proxy {
         self.shared.registry.prune(&listed);
         // Handed-over sockets no service took close now.
         for (addr, unused) in self.inherited.drain() {
-            log::info!(
-                "l7: closing {} handed-over sockets on {addr}: no service listens there now",
-                unused.len()
+            tracing::info!(
+                listen = %addr,
+                sockets = unused.len(),
+                "closing handed-over l7 sockets: no service listens there now"
             );
         }
         errors
@@ -312,21 +320,19 @@ impl Proxy {
             handle.spawn(async move {
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => listen::accept_loop(l, state, shared, stops).await,
-                    Err(e) => log::error!("l7 service {}: {e}", state.name),
+                    Err(e) => tracing::error!(
+                        service = %state.name,
+                        error = %e,
+                        "l7 listener unusable, this worker does not accept on it"
+                    ),
                 }
             });
         }
-        if adopted > 0 {
-            log::info!(
-                "l7 service {}: serving {adopted} handed-over sockets on http://{}",
-                input.name,
-                input.listen
-            );
-        }
-        log::info!(
-            "l7 service {}: listening on http://{}",
-            input.name,
-            input.listen
+        tracing::info!(
+            service = %input.name,
+            listen = %input.listen,
+            handed_over = adopted,
+            "l7 service listening"
         );
         Ok(Running {
             input: input.clone(),
@@ -393,17 +399,17 @@ impl Proxy {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if open() > 0 {
-            log::warn!(
-                "l7: {} connections still open after {:?}; closing them",
-                open(),
-                self.shared.limits.shutdown_timeout
+            tracing::warn!(
+                connections = open(),
+                shutdown_timeout_ms = self.shared.limits.shutdown_timeout.as_millis() as u64,
+                "l7 connections still open after the shutdown timeout, closing them"
             );
         }
         workers.stop();
         if let Some(log) = &self.shared.access_log
             && let Err(e) = log.flush()
         {
-            log::error!("writing the access log: {e}");
+            tracing::error!(error = %e, "access log lines lost: writing them failed");
         }
     }
 }

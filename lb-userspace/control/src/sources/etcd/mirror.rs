@@ -133,7 +133,12 @@ impl EtcdMirror {
         }
         let entry = self.parse(&key, &value);
         if let Entry::Rejected(why) = &entry {
-            log::error!("etcd key {key}: {why} (ignored until fixed)");
+            tracing::error!(
+                source = "etcd",
+                key = %key,
+                error = %why,
+                "etcd key refused, ignored until it changes"
+            );
         }
         self.raw.insert(key.clone(), value);
         change.note(&entry);

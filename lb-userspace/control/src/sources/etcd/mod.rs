@@ -204,10 +204,12 @@ async fn session(
                 .map_err(|e| format!("watching {prefix} on {endpoints}: {e}"))?
                 .ok_or_else(|| format!("{endpoints} closed the watch of {prefix}"))?;
             if msg.compact_revision() > 0 || msg.canceled() {
-                log::warn!(
-                    "etcd watch of {prefix} ended (compacted to revision {}, {}): listing again",
-                    msg.compact_revision(),
-                    msg.cancel_reason()
+                tracing::warn!(
+                    source = "etcd",
+                    prefix = %prefix,
+                    revision = msg.compact_revision(),
+                    reason = %msg.cancel_reason(),
+                    "etcd watch ended (history compacted or cancelled), listing the prefix again"
                 );
                 break;
             }

@@ -358,11 +358,13 @@ impl Programmer {
                 }
             }
         }
-        log::debug!(
-            "{}: {} backends, {} slots, table digest {digest:016x}",
-            spec.name,
-            spec.backends.len(),
-            table.len(),
+        tracing::debug!(
+            service = %spec.name,
+            vip = %crate::explain::vip_text(&spec.key),
+            backends = spec.backends.len(),
+            slots = table.len(),
+            digest = %format_args!("{digest:016x}"),
+            "service programmed"
         );
         self.services.insert(
             spec.key,
