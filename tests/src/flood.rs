@@ -12,7 +12,12 @@ use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
-use crate::{Netns, packet::Packet, rng::Rng, topology::HOST_IF};
+use crate::{
+    Netns,
+    packet::Packet,
+    rng::{Rng as _, SeedableRng as _, StdRng},
+    topology::HOST_IF,
+};
 
 /// The IPv4 prefix flood sources are drawn from.
 pub const FLOOD_NET4: &str = "198.19.0.0/16";
@@ -28,8 +33,8 @@ pub struct FloodSpec {
     pub tcp_flags: u8,
     /// Frames to send.
     pub count: u64,
-    /// Seed of the source addresses and ports (printed by the caller, so a failure
-    /// replays).
+    /// Seed of the source addresses and ports (from [`crate::rng::seed`], which prints
+    /// it, so a failure replays).
     pub seed: u64,
 }
 
@@ -78,7 +83,7 @@ pub fn blackhole_flood_sources(node: &Netns) {
 }
 
 /// A random source of the flood prefixes, of `target`'s family.
-fn source(rng: &mut Rng, v6: bool) -> IpAddr {
+fn source(rng: &mut StdRng, v6: bool) -> IpAddr {
     let r = rng.next_u64();
     if v6 {
         IpAddr::V6(Ipv6Addr::new(
@@ -109,7 +114,7 @@ pub fn tcp_flood(from: &Netns, dst_mac: [u8; 6], spec: FloodSpec) -> FloodReport
         let started = std::time::Instant::now();
         let sock = PacketSocket::open(HOST_IF);
         let v6 = spec.target.is_ipv6();
-        let mut rng = Rng(spec.seed);
+        let mut rng = StdRng::seed_from_u64(spec.seed);
         let mut sent = 0u64;
         const BATCH: usize = 64;
         while sent < spec.count {

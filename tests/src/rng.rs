@@ -1,21 +1,5 @@
-//! A small seeded generator for randomized tests: a failure reproduces from its seed.
+//! Seeded generators for the randomized tests (from `lb-test-rng`): a test draws
+//! everything random from `seeded("<test name>")` (or from seeds it draws), which
+//! prints its seed to stderr; `LB_TEST_SEED=N` replays it.
 
-/// SplitMix64: small, fast, deterministic.
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+pub use lb_test_rng::{Rng, RngExt, SEED_VAR, SeedableRng, StdRng, seed, seeded};

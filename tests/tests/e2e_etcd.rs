@@ -15,6 +15,11 @@ use lb_model::{explain::Flow, explain::Protocol, explain::explain};
 use lb_testbed::{
     LbdProcess, Netns, Topology, TopologyOptions,
     etcd::{EtcdServer, EtcdTls, plug_etcd_host},
+<<<<<<< HEAD
+=======
+    is_root,
+    rng::{self, Rng as _, StdRng},
+>>>>>>> rand
     topology::{VIP, backend_addr, plug},
     traffic::{ServerKind, http_requests, serve_backends, udp_requests},
 };
@@ -116,8 +121,9 @@ fn digests(lbd: &LbdProcess) -> BTreeMap<String, String> {
 }
 
 /// Both nodes' tables are identical and `explain` (from each node's pinned maps, as
-/// `lbctl explain` reads them) names the same backend for `FLOWS` random flows.
-fn assert_same_decisions(a: &LbdProcess, b: &LbdProcess, seed: u64) {
+/// `lbctl explain` reads them) names the same backend for `FLOWS` random flows (drawn
+/// from `rng`).
+fn assert_same_decisions(a: &LbdProcess, b: &LbdProcess, rng: &mut StdRng) {
     let (da, db) = (digests(a), digests(b));
     assert_eq!(da, db, "table digests differ between the nodes");
     assert!(da.values().all(|d| !d.is_empty()));
@@ -125,12 +131,9 @@ fn assert_same_decisions(a: &LbdProcess, b: &LbdProcess, seed: u64) {
         MapSet::open_pinned(&a.pin_dir()).expect("node 1 maps"),
         MapSet::open_pinned(&b.pin_dir()).expect("node 2 maps"),
     );
-    let mut x = seed;
     let mut decided = 0;
     for _ in 0..FLOWS {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         let (protocol, port) = if x & 1 == 0 {
             (Protocol::Tcp, 80)
         } else {
@@ -166,7 +169,14 @@ fn assert_same_decisions(a: &LbdProcess, b: &LbdProcess, seed: u64) {
 
 #[test]
 fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction() {
+<<<<<<< HEAD
     lb_testbed::needs_root!();
+=======
+    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    let mut rng = rng::seeded(
+        "two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction",
+    );
+>>>>>>> rand
     let topo = Topology::build(&TopologyOptions::default());
     let lb2 = Netns::new("lb2");
     plug(&topo.switch, &lb2, "p-lb2", LB2_ADDR, LB2_ADDR6);
@@ -202,7 +212,7 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
         "web has two backends: {:?}",
         first.served
     );
-    assert_same_decisions(&lbd1, &lbd2, 1);
+    assert_same_decisions(&lbd1, &lbd2, &mut rng);
 
     // A series of changes: a third backend, a weight, a terminating endpoint, a new
     // service and its removal.
@@ -220,7 +230,7 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
     wait_revision(&lbd1, rev);
     wait_revision(&lbd2, rev);
     assert_eq!(digests(&lbd1).len(), 2, "extra came and went");
-    assert_same_decisions(&lbd1, &lbd2, 2);
+    assert_same_decisions(&lbd1, &lbd2, &mut rng);
     let dns = udp_requests(&topo.client, VIP, 5353, 60);
     assert!(dns.failures.is_empty(), "{:?}", dns.failures);
     assert!(
@@ -239,7 +249,7 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
         let rejected = src["rejected"].to_string();
         assert!(rejected.contains("/lb/services/broken"), "{src}");
     }
-    assert_same_decisions(&lbd1, &lbd2, 3);
+    assert_same_decisions(&lbd1, &lbd2, &mut rng);
     etcd.delete("/lb/services/broken");
 
     // etcd dies during traffic: forwarding goes on, both nodes say they are degraded.
@@ -278,7 +288,7 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
     let rev = etcd.put("/lb/services/web", &web(&[(1, 1), (2, 1)]));
     wait_revision(&lbd1, rev);
     wait_revision(&lbd2, rev);
-    assert_same_decisions(&lbd1, &lbd2, 4);
+    assert_same_decisions(&lbd1, &lbd2, &mut rng);
     let after = http_requests(&topo.client, VIP, 80, 60);
     assert!(after.failures.is_empty(), "{:?}", after.failures);
     assert!(
@@ -313,7 +323,7 @@ fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction
         3,
         "node 2 sees the service added while it was away"
     );
-    assert_same_decisions(&lbd1, &lbd2, 5);
+    assert_same_decisions(&lbd1, &lbd2, &mut rng);
 
     let (code, log) = lbd2
         .stop_leaving_running()

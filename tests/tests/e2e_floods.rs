@@ -14,6 +14,7 @@ use lb_testbed::{
     LbdProcess, Topology, TopologyOptions,
     flood::{FloodSpec, blackhole_flood_sources, mac_of, tcp_flood},
     packet::flags::{ACK, SYN},
+    rng,
     topology::{NAT4, NAT6, VIP, VIP6, backend_addr, backend_addr6},
     traffic::{Held, ServerKind, echo_once, http_requests, serve_backends},
 };
@@ -78,8 +79,7 @@ fn a_million_spoofed_acks_claim_no_nat_port() {
     let before = fill(&lbd, "nat");
     let dropped_before = counter(&lbd, "drop_nat_no_flow");
 
-    let seed = 0xacc_f100d;
-    eprintln!("flood seed {seed:#x}");
+    let seed = rng::seed("a_million_spoofed_acks_claim_no_nat_port");
     let report = tcp_flood(
         &topo.client,
         mac_of(&topo.lb),
@@ -307,9 +307,9 @@ fn held_flows_survive_a_syn_flood_changes_and_a_restart() {
     // established table and forty times the half-open one.
     let lb_mac = mac_of(&topo.lb);
     let created_before = dsr_new_flows(&lbd);
+    let seed = rng::seed("held_flows_survive_a_syn_flood_changes_and_a_restart");
     for (i, (_, vip)) in targets.iter().enumerate() {
-        let seed = 0x5f_100d + i as u64;
-        eprintln!("SYN flood at {vip}, seed {seed:#x}");
+        let seed = seed.wrapping_add(i as u64);
         let r = tcp_flood(
             &topo.client,
             lb_mac,

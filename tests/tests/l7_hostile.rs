@@ -13,20 +13,14 @@ use lb_testbed::{
         backend_addr, client_addr, namespace, one_backend_proxy, proxy_with, runtime, service, url,
         vip,
     },
+    rng::{self, Rng as _, StdRng},
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A body of `len` pseudo-random bytes in chunks of uneven sizes.
-fn chunked_body(len: usize, seed: u64) -> (Vec<Bytes>, Vec<u8>) {
-    let mut x = seed | 1;
-    let all: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+/// A body of `len` random bytes (from `rng`) in chunks of uneven sizes.
+fn chunked_body(rng: &mut StdRng, len: usize) -> (Vec<Bytes>, Vec<u8>) {
+    let mut all = vec![0u8; len];
+    rng.fill_bytes(&mut all);
     let mut chunks = Vec::new();
     let mut at = 0;
     let mut size = 1;
@@ -51,10 +45,11 @@ fn streamed_bodies_reach_the_backend_whole_for_every_method() {
         let rt = runtime();
         let (proxy, _backend) = one_backend_proxy(&rt, &L7Config::default());
         rt.block_on(async {
+            let mut rng = rng::seeded("streamed_bodies_reach_the_backend_whole_for_every_method");
             let methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND"];
             for h2 in [false, true] {
                 for (i, method) in methods.iter().enumerate() {
-                    let (chunks, all) = chunked_body(200_000 + i * 1_111, i as u64 + 7);
+                    let (chunks, all) = chunked_body(&mut rng, 200_000 + i * 1_111);
                     let n = chunks.len();
                     let a = send_streamed(h2, method, &url(80, "/upload"), chunks)
                         .await

@@ -18,7 +18,7 @@ use lb_testbed::{
         Packet,
         flags::{ACK, SYN},
     },
-    rng::Rng,
+    rng::{self, Rng as _, StdRng},
 };
 
 const FLOWS: usize = 10_000;
@@ -97,7 +97,7 @@ fn services(changed: bool) -> Vec<ServiceSpec> {
 }
 
 /// A random flow: mostly to a service, some to a port no service has.
-fn random_flow(rng: &mut Rng) -> Flow {
+fn random_flow(rng: &mut StdRng) -> Flow {
     let r = rng.next_u64();
     let sport = 1024 + (r % 60_000) as u16;
     let host = (r >> 16) as u16;
@@ -253,7 +253,7 @@ fn explain_predicts_the_kernels_choice_for_10000_flows() {
             rig.program(s);
         }
         let pinned = MapSet::open_pinned(&pins).expect("open pinned maps");
-        let mut rng = Rng(0x00e8_91a1_2026);
+        let mut rng = rng::seeded("explain_predicts_the_kernels_choice_for_10000_flows");
         let flows: Vec<Flow> = (0..FLOWS).map(|_| random_flow(&mut rng)).collect();
 
         // New flows (a SYN, a first datagram): every prediction comes from the table.

@@ -21,7 +21,7 @@ use lb_testbed::{
         Packet, TCP, UDP,
         flags::{ACK, FIN, PSH, RST, SYN},
     },
-    rng::Rng,
+    rng::{self, Rng as _},
 };
 
 const SEED: u32 = 0x5eed;
@@ -232,7 +232,7 @@ fn packets_that_are_not_a_syn_create_no_state() {
         assert_eq!(table_fill(&rig), (0, 0, 0), "no table holds anything");
         // A flood of spoofed ACKs from random sources at both services: nothing
         // stored, every packet counted.
-        let mut rng = Rng(0xac6);
+        let mut rng = rng::seeded("packets_that_are_not_a_syn_create_no_state");
         for i in 0..20_000u32 {
             let src = Ipv4Addr::from(0xc612_0000 | (rng.next_u64() as u32 & 0xffff));
             let port = if i % 2 == 0 { DSR_PORT } else { NAT_PORT };
@@ -267,7 +267,7 @@ fn a_syn_flood_cannot_evict_or_move_established_flows() {
                 (sport, to)
             })
             .collect();
-        let mut rng = Rng(0x5f100d);
+        let mut rng = rng::seeded("a_syn_flood_cannot_evict_or_move_established_flows");
         for _ in 0..65_536 {
             let src = Ipv4Addr::from(0xc613_0000 | (rng.next_u64() as u32 & 0xffff));
             let out = rig.run(&tcp_from(src, rng.next_u64() as u16 | 1, DSR_PORT, SYN).bytes);

@@ -19,7 +19,7 @@ use lb_testbed::{
         CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, XdpRig, action, backend, backend6,
     },
     packet::{Packet, TCP, UDP, checksum, flags},
-    rng::Rng,
+    rng::{self, RngExt as _, StdRng},
 };
 
 const PACKETS: u64 = 1_000_000;
@@ -47,11 +47,11 @@ fn nat_vips() -> Vec<(IpAddr, u16, u8)> {
 
 /// A plausible ICMP packet: an echo request, or an error quoting a reply from a VIP
 /// (or from another address), over IPv4 or IPv6.
-fn plausible_icmp(rng: &mut Rng) -> Packet {
-    let v6 = rng.below(2) == 0;
-    let to_vip = rng.below(2) == 0;
-    let echo = rng.below(2) == 0;
-    let sport = rng.below(65536) as u16;
+fn plausible_icmp(rng: &mut StdRng) -> Packet {
+    let v6 = rng.random::<bool>();
+    let to_vip = rng.random::<bool>();
+    let echo = rng.random::<bool>();
+    let sport = rng.random::<u16>();
     if v6 {
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
         let vip = if to_vip { VIP6 } else { CLIENT6 };
@@ -106,24 +106,24 @@ fn plausible_icmp(rng: &mut Rng) -> Packet {
 
 /// A plausible packet: to a VIP or not, IPv4 or IPv6, TCP, UDP or ICMP, maybe
 /// VLAN-tagged.
-fn plausible(rng: &mut Rng) -> Vec<u8> {
-    if rng.below(5) == 0 {
+fn plausible(rng: &mut StdRng) -> Vec<u8> {
+    if rng.random_ratio(1, 5) {
         let p = plausible_icmp(rng);
-        return if rng.below(4) == 0 {
-            p.with_vlan(rng.below(4096) as u16).bytes
+        return if rng.random_ratio(1, 4) {
+            p.with_vlan(rng.random_range(0..4096u16)).bytes
         } else {
             p.bytes
         };
     }
-    let sport = rng.below(65536) as u16;
-    let ports = [80u16, 53, 443, 8080, 22, rng.below(65536) as u16];
-    let dport = ports[rng.below(ports.len() as u64) as usize];
-    let payload = vec![0xabu8; rng.below(64) as usize];
-    let v6 = rng.below(2) == 0;
-    let tcp = rng.below(2) == 0;
+    let sport = rng.random::<u16>();
+    let ports = [80u16, 53, 443, 8080, 22, rng.random::<u16>()];
+    let dport = ports[rng.random_range(0..ports.len())];
+    let payload = vec![0xabu8; rng.random_range(0..64usize)];
+    let v6 = rng.random::<bool>();
+    let tcp = rng.random::<bool>();
     let p = if v6 {
         let dsts = [VIP6, CLIENT6];
-        let dst = dsts[rng.below(2) as usize];
+        let dst = dsts[rng.random_range(0..2usize)];
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
         if tcp {
             Packet::tcp6(eth, CLIENT6, sport, dst, dport, &payload)
@@ -132,7 +132,7 @@ fn plausible(rng: &mut Rng) -> Vec<u8> {
         }
     } else {
         let dsts = [VIP, VIP_ALL_PORTS, CLIENT];
-        let dst = dsts[rng.below(3) as usize];
+        let dst = dsts[rng.random_range(0..3usize)];
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
         if tcp {
             Packet::tcp4(eth, CLIENT, sport, dst, dport, &payload)
@@ -148,13 +148,13 @@ fn plausible(rng: &mut Rng) -> Vec<u8> {
         flags::RST,
         flags::SYN | flags::ACK,
     ];
-    let p = if tcp && rng.below(2) == 0 {
-        p.with_tcp_flags(AFTER[rng.below(AFTER.len() as u64) as usize])
+    let p = if tcp && rng.random::<bool>() {
+        p.with_tcp_flags(AFTER[rng.random_range(0..AFTER.len())])
     } else {
         p
     };
-    let p = if rng.below(4) == 0 {
-        p.with_vlan(rng.below(4096) as u16)
+    let p = if rng.random_ratio(1, 4) {
+        p.with_vlan(rng.random_range(0..4096u16))
     } else {
         p
     };
@@ -174,33 +174,33 @@ fn tuple(b: &[u8]) -> (Vec<u8>, u8, [u8; 4]) {
 }
 
 /// Mutations: flip bytes, truncate, extend; or throw the structure away entirely.
-fn mutate(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
-    match rng.below(6) {
+fn mutate(rng: &mut StdRng, mut bytes: Vec<u8>) -> Vec<u8> {
+    match rng.random_range(0..6u32) {
         0 => bytes, // unmodified
         1 => {
-            for _ in 0..=rng.below(4) {
-                let i = rng.below(bytes.len() as u64) as usize;
-                bytes[i] = rng.next_u64() as u8;
+            for _ in 0..=rng.random_range(0..4u32) {
+                let i = rng.random_range(0..bytes.len());
+                bytes[i] = rng.random::<u8>();
             }
             bytes
         }
         2 => {
             // A byte in the headers the parser reads (first 80 bytes).
-            let i = rng.below(bytes.len().min(80) as u64) as usize;
-            bytes[i] = rng.next_u64() as u8;
+            let i = rng.random_range(0..bytes.len().min(80));
+            bytes[i] = rng.random::<u8>();
             bytes
         }
         3 => {
-            let len = 14 + rng.below(bytes.len() as u64 - 13) as usize;
+            let len = 14 + rng.random_range(0..bytes.len() - 13);
             bytes.truncate(len);
             bytes
         }
         4 => {
-            bytes.extend((0..rng.below(32)).map(|_| rng.next_u64() as u8));
+            bytes.extend((0..rng.random_range(0..32u32)).map(|_| rng.random::<u8>()));
             bytes
         }
-        _ => (0..14 + rng.below(120))
-            .map(|_| rng.next_u64() as u8)
+        _ => (0..14 + rng.random_range(0..120u32))
+            .map(|_| rng.random::<u8>())
             .collect(),
     }
 }
@@ -426,7 +426,7 @@ fn a_million_random_and_mutated_packets() {
         });
         let mut nat_flows = std::collections::HashSet::new();
         let macs = backend_macs();
-        let mut rng = Rng(0x1b_5eed);
+        let mut rng = rng::seeded("a_million_random_and_mutated_packets");
         let (mut forwarded, mut passed, mut dropped, mut echoed, mut translated) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut stray_dropped = 0u64;

@@ -202,4 +202,48 @@ mod tests {
     fn start_in_the_future_counts_as_age_zero() {
         assert_eq!(age(at(10), at(5)), Duration::ZERO);
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// For every valid setting (window of any length, zero included; exponent > 0;
+        /// floor in (0, 1]) and weight the config allows (0..=10000): the fraction
+        /// stays in `[min_weight, 1]` and never falls as time passes; the effective
+        /// weight never falls either, stays between 1 and the full scaled weight (0 for
+        /// weight 0), is within rounding of `weight × WEIGHT_SCALE × fraction`, and is
+        /// the full weight from the end of the window on.
+        #[test]
+        fn ramps_are_bounded_and_never_fall(
+            window_ms in prop_oneof![0u64..=2, 0u64..10_000_000],
+            exponent in prop_oneof![0.1f64..3.0, 0.01f64..20.0],
+            min_weight in prop_oneof![1e-9f64..0.001, 0.001f64..=1.0],
+            weight in prop_oneof![0u32..=3, 0u32..=10_000],
+            // Two ages, as fractions of the window: inside it, and past its end.
+            earlier in 0.0f64..1.2,
+            later_by in 0.0f64..0.6,
+        ) {
+            let window = Duration::from_millis(window_ms);
+            let f = FadeIn {
+                window,
+                exponent,
+                min_weight,
+            };
+            let (a, b) = (window.mul_f64(earlier), window.mul_f64(earlier + later_by));
+            let (fa, fb) = (f.fraction(a), f.fraction(b));
+            prop_assert!((min_weight..=1.0).contains(&fa), "fraction {fa} at {a:?}");
+            prop_assert!(fa <= fb, "fell from {fa} at {a:?} to {fb} at {b:?}");
+            let full = weight * WEIGHT_SCALE;
+            let (ea, eb) = (f.effective(weight, T0, T0 + a), f.effective(weight, T0, T0 + b));
+            prop_assert!(ea <= eb, "effective fell from {ea} to {eb}");
+            prop_assert!(eb <= full && (weight == 0 || ea >= 1), "{ea}..{eb} of {full}");
+            prop_assert!(
+                (f64::from(ea) - f64::from(full) * fa).abs() <= 0.5 || ea == 1,
+                "{ea} for {full} × {fa}"
+            );
+            if b >= f.window {
+                prop_assert_eq!(eb, full);
+                prop_assert!(!f.fading(T0, T0 + b));
+            }
+        }
+    }
 }

@@ -83,6 +83,7 @@ pub fn discover(dir: Option<&SliceDir>, etcd: Option<&EtcdMirror>) -> Discovered
 mod tests {
     use super::*;
     use crate::{sources::etcd::EtcdMessage, sources::slicedir::Discovered};
+    use lb_test_rng::{Rng as _, RngExt as _};
 
     #[test]
     fn etcd_services_follow_the_files_and_clashes_are_left_out() {
@@ -191,16 +192,10 @@ lb_l7::check_routes,
     fn refreshing_touched_services_equals_rebuilding_all() {
         let mut mirror = EtcdMirror::new("/lb");
         let mut incremental = Discovered::default();
-        let mut x: u64 = 0x2026_1130;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = lb_test_rng::seeded("refreshing_touched_services_equals_rebuilding_all");
         let mut held: Vec<(String, Vec<u8>)> = Vec::new();
         for step in 0..2000 {
-            let r = next();
+            let r = rng.next_u64();
             let key = format!("/lb/endpointslices/k{}", r % 12);
             let msg = match r >> 8 & 7 {
                 0 => EtcdMessage::Changes {
@@ -213,7 +208,7 @@ lb_l7::check_routes,
                 },
                 // A re-list that lost some keys.
                 2 => {
-                    held.retain(|_| next() % 3 != 0);
+                    held.retain(|_| !rng.random_ratio(1, 3));
                     EtcdMessage::Snapshot {
                         revision: step,
                         kvs: held.clone(),

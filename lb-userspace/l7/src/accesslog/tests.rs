@@ -4,6 +4,7 @@ use std::{
 };
 
 use super::*;
+use lb_test_rng::RngExt as _;
 
 fn at(secs: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
@@ -119,19 +120,18 @@ fn golden_text_lines() {
 
 #[test]
 fn every_line_parses_back_whatever_the_bytes() {
-    let mut rng = 0x1234_5678_u64;
+    let mut rng = lb_test_rng::seeded("every_line_parses_back_whatever_the_bytes");
     for _ in 0..2000 {
         // Fields long enough for the eight-bytes-at-a-time scan, with bytes of every
         // kind at every offset.
         let mut junk = [0u8; 96];
         for b in &mut junk {
-            rng = crate::balance::rng::mix(rng);
             // Mostly printable (long clean runs, with spaces, quotes and backslashes
             // among them), sometimes any byte.
-            *b = if rng.is_multiple_of(7) {
-                (rng >> 8) as u8
+            *b = if rng.random_ratio(1, 7) {
+                rng.random()
             } else {
-                0x20 + ((rng >> 8) % 0x5F) as u8
+                rng.random_range(0x20..0x7F)
             };
         }
         let e = Entry {

@@ -1,53 +1,67 @@
-//! Per-thread random numbers and 64-bit mixing for selection: no lock, no allocation,
+//! Per-thread random numbers and 64-bit hashing for selection: no lock, no allocation,
 //! no system call after a thread's first draw.
+//!
+//! Draws come from rand's [`SmallRng`] (xoshiro256++), one per thread, seeded from the
+//! OS (`getrandom`) on the thread's first draw; [`seed_thread`] makes a thread's draws
+//! a replayable sequence, for tests. The draws only need to differ between threads and
+//! runs, not to be secret.
+//!
+//! [`mix`] and [`fnv`] are hashes, not generators, and stay written out here: the
+//! endpoints' consistent-hash scores and the access log's masked values must map an
+//! input to the same output in every process, on every node and in every release of
+//! lbd. Neither rand's generators (`SmallRng` is documented as non-portable) nor std's
+//! randomly keyed hasher promise that.
 
-use std::cell::Cell;
+use std::cell::RefCell;
+
+use rand::{Rng as _, SeedableRng as _, rngs::SmallRng, rngs::SysRng};
 
 thread_local! {
-    // Const-initialized (no lazy-init check per access); seeded on first use.
-    static STATE: Cell<u64> = const { Cell::new(0) };
+    static RNG: RefCell<SmallRng> = RefCell::new(from_os());
 }
 
-/// A per-thread seed: the thread's stack address and the clock, mixed (the draws only
-/// need to differ between threads and runs, not to be secret).
-fn seed() -> u64 {
-    let local = 0u8;
-    let addr = std::ptr::addr_of!(local) as u64;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    mix(addr ^ nanos.rotate_left(32)) | 1
-}
-
-/// The next 64 random bits of this thread (splitmix64 sequence).
-#[inline]
-pub fn next() -> u64 {
-    STATE.with(|s| {
-        let mut x = s.get();
-        if x == 0 {
-            x = seed();
-        }
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        s.set(x);
-        mix(x)
+/// A generator seeded from the OS; should the OS refuse (no entropy source at all), one
+/// seeded from the clock and the thread's stack address, which still differs between
+/// threads and runs.
+fn from_os() -> SmallRng {
+    SmallRng::try_from_rng(&mut SysRng).unwrap_or_else(|_| {
+        let local = 0u8;
+        let addr = std::ptr::addr_of!(local) as u64;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        SmallRng::seed_from_u64(addr ^ nanos.rotate_left(32))
     })
 }
 
-/// A uniform number in `[0, bound)` (multiply-shift: no division, bias < 2^-32 for
-/// the bounds we use).
+/// Restarts this thread's draws from `seed`: the same seed gives the same draws (for
+/// the same build), so a randomized test replays. Other threads are unaffected.
+pub fn seed_thread(seed: u64) {
+    RNG.with_borrow_mut(|r| *r = SmallRng::seed_from_u64(seed));
+}
+
+/// The next 64 random bits of this thread.
+#[inline]
+pub fn next() -> u64 {
+    RNG.with_borrow_mut(|r| r.next_u64())
+}
+
+/// A uniform number in `[0, bound)`, 0 when `bound` is 0 (never panics: a racing
+/// fade-in refresh may briefly see an empty total). Multiply-shift, no division; the
+/// bias is below `bound / 2^64`.
 #[inline]
 pub fn below(bound: u64) -> u64 {
     scale(next(), bound)
 }
 
-/// Maps 64 uniform bits onto `[0, bound)`.
+/// Maps 64 uniform bits onto `[0, bound)` (0 when `bound` is 0).
 #[inline]
 pub fn scale(bits: u64, bound: u64) -> u64 {
     ((u128::from(bits) * u128::from(bound)) >> 64) as u64
 }
 
-/// The splitmix64 finalizer: a bijective mix whose output bits each depend on every
-/// input bit.
+/// The splitmix64 finalizer: a fixed bijective mix whose output bits each depend on
+/// every input bit (a hash; the same on every node and in every release).
 #[inline]
 pub fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

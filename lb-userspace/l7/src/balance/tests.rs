@@ -6,8 +6,17 @@ use std::{
 
 use super::*;
 use lb_model::fadein::FadeIn;
+use lb_test_rng::{Rng as _, StdRng};
 
 const PICKS: usize = 100_000;
+
+/// The randomized test `name`'s generator, from one printed seed, which also seeds this
+/// thread's selection draws: the seed replays the test (`LB_TEST_SEED`).
+fn seeded(name: &str) -> StdRng {
+    let mut rng = lb_test_rng::seeded(name);
+    rng::seed_thread(rng.next_u64());
+    rng
+}
 
 fn t0() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
@@ -63,9 +72,15 @@ fn expected(weights: &[u32]) -> Vec<f64> {
         .collect()
 }
 
-/// Picks `PICKS` times (keys random for consistentHash); with `hold`, each pick stays
-/// in flight for `hold` further picks (least-loaded algorithms see a real load).
-fn shares(b: &Balancer, set: &EndpointSet, now: SystemTime, hold: usize) -> Vec<f64> {
+/// Picks `PICKS` times (keys from `rng` for consistentHash); with `hold`, each pick
+/// stays in flight for `hold` further picks (least-loaded algorithms see a real load).
+fn shares(
+    rng: &mut StdRng,
+    b: &Balancer,
+    set: &EndpointSet,
+    now: SystemTime,
+    hold: usize,
+) -> Vec<f64> {
     let mut counts = vec![0usize; set.len()];
     let mut open = VecDeque::new();
     for _ in 0..PICKS {
@@ -74,7 +89,7 @@ fn shares(b: &Balancer, set: &EndpointSet, now: SystemTime, hold: usize) -> Vec<
                 set,
                 &Pick {
                     now,
-                    key: rng::next(),
+                    key: rng.next_u64(),
                 },
             )
             .expect("non-empty");
@@ -118,6 +133,7 @@ fn all_algorithms() -> Vec<(Algorithm, usize)> {
 
 #[test]
 fn realized_shares_follow_weights() {
+    let mut rng = seeded("realized_shares_follow_weights");
     for weights in [
         vec![1, 1, 1],
         vec![1, 2, 3, 4],
@@ -127,7 +143,7 @@ fn realized_shares_follow_weights() {
         let set = set_of(&weights);
         for (algo, hold) in all_algorithms() {
             let b = Balancer::new(algo);
-            let got = shares(&b, &set, t0(), hold);
+            let got = shares(&mut rng, &b, &set, t0(), hold);
             assert_close(
                 &format!("{} {weights:?}", algo.name()),
                 &got,
@@ -139,17 +155,24 @@ fn realized_shares_follow_weights() {
 
 #[test]
 fn realized_shares_follow_the_fade_in_formula_with_three_endpoints_fading() {
+    let mut rng = seeded("realized_shares_follow_the_fade_in_formula_with_three_endpoints_fading");
     let (set, now, want) = fading_set();
     assert!(set.fading(now));
     for (algo, hold) in all_algorithms() {
         let b = Balancer::new(algo);
-        let got = shares(&b, &set, now, hold);
+        let got = shares(&mut rng, &b, &set, now, hold);
         assert_close(&format!("{} fading", algo.name()), &got, &want);
     }
     // After the window nothing fades: equal shares.
     let later = now + Duration::from_secs(81);
     assert!(!set.fading(later));
-    let got = shares(&Balancer::new(Algorithm::RoundRobin), &set, later, 0);
+    let got = shares(
+        &mut rng,
+        &Balancer::new(Algorithm::RoundRobin),
+        &set,
+        later,
+        0,
+    );
     assert_close("after the ramp", &got, &[0.25; 4]);
 }
 
@@ -177,6 +200,7 @@ fn zero_weight_endpoints_are_left_out_and_one_endpoint_short_circuits() {
 
 #[test]
 fn consistent_hash_moves_a_key_to_a_fading_endpoint_at_most_once() {
+    let mut rng = seeded("consistent_hash_moves_a_key_to_a_fading_endpoint_at_most_once");
     let registry = Registry::default();
     // Four settled endpoints (ramps long over) and one that starts at t0 + 50 s.
     let settled = t0() - Duration::from_secs(1000);
@@ -191,7 +215,7 @@ fn consistent_hash_moves_a_key_to_a_fading_endpoint_at_most_once() {
     let b = Balancer::new(Algorithm::ConsistentHash {
         balance_factor: None,
     });
-    let keys: Vec<u64> = (0..10_000u64).map(rng::mix).collect();
+    let keys: Vec<u64> = (0..10_000).map(|_| rng.next_u64()).collect();
     let at = |secs: u64, key: u64| {
         b.pick(
             &set,
@@ -249,6 +273,7 @@ fn consistent_hash_balance_factor_passes_over_overloaded_endpoints() {
 
 #[test]
 fn power_of_two_choices_with_two_endpoints_never_picks_the_busier() {
+    seeded("power_of_two_choices_with_two_endpoints_never_picks_the_busier");
     let set = set_of(&[1, 1]);
     let b = Balancer::new(Algorithm::PowerOfRandomNChoices { n: 2 });
     let _busy: Vec<_> = (0..3).map(|_| set.endpoints()[1].stats.start()).collect();
@@ -264,6 +289,7 @@ fn power_of_two_choices_with_two_endpoints_never_picks_the_busier() {
 
 #[test]
 fn least_connections_ties_rotate_and_load_counts() {
+    seeded("least_connections_ties_rotate_and_load_counts");
     let set = set_of(&[1, 1, 1, 1]);
     let b = Balancer::new(Algorithm::LeastConnections);
     let mut seen = [0usize; 4];

@@ -299,11 +299,35 @@ impl Parser {
     }
 }
 
+/// A string as an eskip literal that the lexer reads back as exactly that string: `"`
+/// and `\` escaped, line feed, tab and carriage return as `\n`, `\t` and `\r`, every
+/// other character as itself (the lexer knows no other escape, so Rust's `{:?}`
+/// escapes such as `\u{..}` or `\0` would read back as different text).
+struct Quoted<'a>(&'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        f.write_char('"')?;
+        for c in self.0.chars() {
+            match c {
+                '"' => f.write_str("\\\"")?,
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\t' => f.write_str("\\t")?,
+                '\r' => f.write_str("\\r")?,
+                c => f.write_char(c)?,
+            }
+        }
+        f.write_char('"')
+    }
+}
+
 impl std::fmt::Display for Arg {
     /// The argument as eskip writes it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Arg::Str(s) => write!(f, "{s:?}"),
+            Arg::Str(s) => Quoted(s).fmt(f),
             Arg::Regex(r) => write!(f, "/{}/", r.replace('/', "\\/")),
             Arg::Num(n) => write!(f, "{n}"),
         }
@@ -328,16 +352,23 @@ impl std::fmt::Display for Backend {
     /// The backend as eskip writes it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Backend::Network(url) => write!(f, "{url:?}"),
+            Backend::Network(url) => Quoted(url).fmt(f),
             Backend::Shunt => f.write_str("<shunt>"),
             Backend::LoadBalanced {
                 algorithm,
                 endpoints,
             } => {
                 f.write_str("<")?;
-                let mut parts: Vec<String> = algorithm.iter().cloned().collect();
-                parts.extend(endpoints.iter().map(|e| format!("{e:?}")));
-                write!(f, "{}>", parts.join(", "))
+                if let Some(a) = algorithm {
+                    f.write_str(a)?;
+                }
+                for (i, e) in endpoints.iter().enumerate() {
+                    if i > 0 || algorithm.is_some() {
+                        f.write_str(", ")?;
+                    }
+                    Quoted(e).fmt(f)?;
+                }
+                f.write_str(">")
             }
         }
     }

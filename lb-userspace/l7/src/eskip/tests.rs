@@ -139,3 +139,147 @@ c: * -> "http://h:3";"#;
         }
     }
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Names as the lexer reads them (a letter or `_`, then letters, digits, `_` and
+    /// inner `-`), non-ASCII letters included.
+    fn name() -> impl Strategy<Value = String> {
+        "[A-Za-z_\u{e9}][A-Za-z0-9_\u{e9}\u{df}]{0,8}(-[A-Za-z0-9_]{1,4})?"
+    }
+
+    /// Regexps as the lexer can return them: no line break, and a backslash always
+    /// escapes the next character (`\/` would be read as `/`); never empty (`//`
+    /// starts a comment).
+    fn regexp() -> impl Strategy<Value = String> {
+        proptest::collection::vec(prop_oneof!["[^\\\\\n]", "\\\\[^/\n]"], 1..8)
+            .prop_map(|atoms| atoms.concat())
+    }
+
+    fn arg() -> impl Strategy<Value = Arg> {
+        prop_oneof![
+            any::<String>().prop_map(Arg::Str),
+            regexp().prop_map(Arg::Regex),
+            any::<f64>()
+                .prop_filter("eskip numbers are finite", |n| n.is_finite())
+                .prop_map(Arg::Num),
+        ]
+    }
+
+    fn call() -> impl Strategy<Value = Call> {
+        (name(), proptest::collection::vec(arg(), 0..4)).prop_map(|(name, args)| Call {
+            name,
+            args,
+            pos: Pos::default(),
+        })
+    }
+
+    fn backend() -> impl Strategy<Value = Backend> {
+        let algorithm = name().prop_filter("not a reserved backend", |n| {
+            !matches!(n.as_str(), "shunt" | "loopback" | "dynamic")
+        });
+        prop_oneof![
+            any::<String>().prop_map(Backend::Network),
+            Just(Backend::Shunt),
+            (
+                proptest::option::of(algorithm),
+                proptest::collection::vec(any::<String>(), 0..3)
+            )
+                .prop_filter("`<>` is not a backend", |(a, e)| a.is_some()
+                    || !e.is_empty())
+                .prop_map(|(algorithm, endpoints)| Backend::LoadBalanced {
+                    algorithm,
+                    endpoints
+                }),
+        ]
+    }
+
+    fn route() -> impl Strategy<Value = Route> {
+        (
+            name(),
+            proptest::collection::vec(call(), 0..3),
+            proptest::collection::vec(call(), 0..3),
+            backend(),
+        )
+            .prop_map(|(id, predicates, filters, backend)| Route {
+                id,
+                predicates,
+                filters,
+                backend,
+                backend_pos: Pos::default(),
+                pos: Pos::default(),
+            })
+    }
+
+    /// Eskip-like text: the tokens, names, numbers and strings of the syntax in any
+    /// order, with the characters that end or break them.
+    fn token_soup() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just(":".to_owned()),
+            Just("&&".to_owned()),
+            Just("->".to_owned()),
+            Just(";".to_owned()),
+            Just("(".to_owned()),
+            Just(")".to_owned()),
+            Just(",".to_owned()),
+            Just("*".to_owned()),
+            Just("<".to_owned()),
+            Just(">".to_owned()),
+            Just("<shunt>".to_owned()),
+            Just("//".to_owned()),
+            Just("\n".to_owned()),
+            Just(" ".to_owned()),
+            name(),
+            "[-.0-9e]{1,6}",
+            "\"([^\"\\\\]|\\\\.){0,6}\"?",
+            "/([^/\\\\\n]|\\\\.){0,6}/?",
+            "[\\\\&\"/-]",
+        ];
+        proptest::collection::vec(piece, 0..30).prop_map(|p| p.concat())
+    }
+
+    /// Every route with its positions cleared (printing does not keep them).
+    fn without_positions(mut routes: Vec<Route>) -> Vec<Route> {
+        for r in &mut routes {
+            r.pos = Pos::default();
+            r.backend_pos = Pos::default();
+            for c in r.predicates.iter_mut().chain(&mut r.filters) {
+                c.pos = Pos::default();
+            }
+        }
+        routes
+    }
+
+    proptest! {
+        /// Any text, and any jumble of eskip's tokens, parses or is an error (no
+        /// panic), and an error points at a line of the text.
+        #[test]
+        fn any_text_parses_or_is_an_error_within_the_text(
+            text in prop_oneof![any::<String>(), token_soup()],
+        ) {
+            if let Err(e) = parse(&text) {
+                let lines = text.split('\n').count();
+                prop_assert!(
+                    (1..=lines).contains(&e.pos.line) && e.pos.column >= 1,
+                    "{e} for {text:?} ({lines} lines)"
+                );
+            }
+        }
+
+        /// A route printed in canonical eskip form parses back to the same route,
+        /// whatever its strings (quotes, backslashes, line breaks, control and
+        /// non-ASCII characters), regexps (slashes) and numbers.
+        #[test]
+        fn printed_routes_parse_back_to_the_same(
+            routes in proptest::collection::vec(route(), 1..4),
+        ) {
+            let text: Vec<String> = routes.iter().map(ToString::to_string).collect();
+            let text = text.join("\n");
+            let again = parse(&text).map(without_positions);
+            prop_assert_eq!(again, Ok(routes), "printed as {}", text);
+        }
+    }
+}

@@ -149,3 +149,112 @@ fn multibyte_text_is_read_by_characters() {
         assert!(parse_nanos(text).is_err(), "{text:?}");
     }
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Units with their nanoseconds and the most fraction digits for which Go's
+    /// floating-point fraction arithmetic is exact (`scale / 10^digits` is an integer),
+    /// so a component's value can be stated exactly.
+    const UNITS: [(&str, u128, usize); 8] = [
+        ("ns", 1, 0),
+        ("us", 1_000, 3),
+        ("\u{b5}s", 1_000, 3),
+        ("\u{3bc}s", 1_000, 3),
+        ("ms", 1_000_000, 6),
+        ("s", 1_000_000_000, 9),
+        ("m", 60_000_000_000, 10),
+        ("h", 3_600_000_000_000, 11),
+    ];
+
+    /// One component as text (`007.25s`, `.5h`, `3.ms`, `12us`) with its exact value
+    /// in nanoseconds. Whole numbers are small, up to twice the unit's limit, at the
+    /// limit (±1), or any `u64`.
+    fn component() -> impl Strategy<Value = (String, u128)> {
+        (
+            0..UNITS.len(),
+            any::<u64>(),
+            0..4u8,
+            0..3usize,
+            any::<bool>(),
+            any::<bool>(),
+            proptest::collection::vec(0..10u8, 0..12),
+        )
+            .prop_map(|(u, raw, kind, zeros, has_whole, dot, digits)| {
+                let (unit, scale, max_digits) = UNITS[u];
+                let near_limit = (LIMIT as u128 / scale) as u64;
+                let whole = match kind {
+                    0 => raw % 1000,
+                    1 => raw % near_limit.saturating_mul(2).saturating_add(2),
+                    2 => near_limit - 1 + raw % 3,
+                    _ => raw,
+                };
+                let digits = &digits[..digits.len().min(max_digits)];
+                let has_whole = has_whole || !dot || digits.is_empty();
+                let mut text = String::new();
+                let mut value = 0u128;
+                if has_whole {
+                    text += &"0".repeat(zeros);
+                    text += &whole.to_string();
+                    value = u128::from(whole) * scale;
+                }
+                if dot {
+                    text.push('.');
+                    let mut fraction = 0u128;
+                    for &d in digits {
+                        text.push(char::from(b'0' + d));
+                        fraction = fraction * 10 + u128::from(d);
+                    }
+                    value += fraction * (scale / 10u128.pow(digits.len() as u32));
+                }
+                text += unit;
+                (text, value)
+            })
+    }
+
+    proptest! {
+        /// Components add up, the sign applies to the whole sum, and a sum beyond a
+        /// signed 64-bit count of nanoseconds is an overflow error, never a wrap.
+        #[test]
+        fn components_add_up_and_too_much_is_an_error(
+            sign in prop_oneof![Just(""), Just("+"), Just("-")],
+            parts in proptest::collection::vec(component(), 1..5),
+        ) {
+            let text = format!("{sign}{}", parts.iter().map(|p| p.0.as_str()).collect::<String>());
+            let sum: u128 = parts.iter().map(|p| p.1).sum();
+            let want = if sign == "-" {
+                i64::try_from(-(sum as i128)).ok()
+            } else {
+                i64::try_from(sum).ok()
+            };
+            let want = want.ok_or(DurationError::Overflow { text: text.clone() });
+            prop_assert_eq!(parse_nanos(&text), want, "{:?}", text);
+        }
+
+        /// Any text at all is a value or an error (no panic); a `-` in front of an
+        /// accepted unsigned text negates it, a `+` changes nothing; and
+        /// `parse_duration` is `parse_nanos` restricted to values of 0 or more.
+        #[test]
+        fn any_text_is_a_value_or_an_error_and_a_minus_negates(
+            text in prop_oneof![
+                any::<String>(),
+                "[-+]?([0-9]{0,4}\\.?[0-9]{0,3}(ns|us|\u{b5}s|\u{3bc}s|ms|s|m|h|d|\u{e9}| )?){0,4}",
+            ],
+        ) {
+            let nanos = parse_nanos(&text);
+            let want = match &nanos {
+                Ok(n) => u64::try_from(*n)
+                    .map(Duration::from_nanos)
+                    .map_err(|_| DurationError::Negative { text: text.clone() }),
+                Err(e) => Err(e.clone()),
+            };
+            prop_assert_eq!(parse_duration(&text), want);
+            if let (Ok(n), false) = (nanos, text.starts_with(['-', '+'])) {
+                prop_assert_eq!(parse_nanos(&format!("-{text}")), Ok(-n));
+                prop_assert_eq!(parse_nanos(&format!("+{text}")), Ok(n));
+            }
+        }
+    }
+}
