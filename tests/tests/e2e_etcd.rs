@@ -15,11 +15,7 @@ use lb_model::{explain::Flow, explain::Protocol, explain::explain};
 use lb_testbed::{
     LbdProcess, Netns, Topology, TopologyOptions,
     etcd::{EtcdServer, EtcdTls, plug_etcd_host},
-<<<<<<< HEAD
-=======
-    is_root,
     rng::{self, Rng as _, StdRng},
->>>>>>> rand
     topology::{VIP, backend_addr, plug},
     traffic::{ServerKind, http_requests, serve_backends, udp_requests},
 };
@@ -169,14 +165,10 @@ fn assert_same_decisions(a: &LbdProcess, b: &LbdProcess, rng: &mut StdRng) {
 
 #[test]
 fn two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction() {
-<<<<<<< HEAD
     lb_testbed::needs_root!();
-=======
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
     let mut rng = rng::seeded(
         "two_nodes_fed_by_one_etcd_decide_alike_through_changes_outages_and_compaction",
     );
->>>>>>> rand
     let topo = Topology::build(&TopologyOptions::default());
     let lb2 = Netns::new("lb2");
     plug(&topo.switch, &lb2, "p-lb2", LB2_ADDR, LB2_ADDR6);

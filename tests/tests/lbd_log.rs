@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use lb_testbed::{
-    LbdProcess, Topology, TopologyOptions, is_root,
+    LbdProcess, Topology, TopologyOptions,
     lbd::{TempDir, lbd_binary},
     topology::{VIP, backend_addr},
 };
@@ -61,7 +61,7 @@ fn find<'a>(
 
 #[test]
 fn json_log_lines_name_what_lbd_refused_in_fields() {
-    assert!(is_root(), "this test needs root (network namespaces, XDP)");
+    lb_testbed::needs_root!();
     let topo = Topology::build(&TopologyOptions::default());
     topo.lb
         .ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
