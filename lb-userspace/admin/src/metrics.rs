@@ -101,10 +101,10 @@ pub fn render(s: &Snapshot<'_>) -> String {
     for &(c, v) in s.counters {
         match c.kind() {
             CounterKind::Packets => sample(o, "lbd_xdp_packets_total", &[], v as f64),
-            CounterKind::Verdict { verdict, reason } => sample(
+            CounterKind::Verdict { action, reason } => sample(
                 o,
                 "lbd_xdp_verdicts_total",
-                &[("verdict", verdict), ("reason", reason)],
+                &[("verdict", action.as_str()), ("reason", reason.as_str())],
                 v as f64,
             ),
             CounterKind::Event => {}
