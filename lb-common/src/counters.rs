@@ -1,10 +1,16 @@
 //! Counters kept by the data plane in per-CPU arrays; userspace sums them across CPUs.
+//!
+//! Every packet is counted once, under the counter of its verdict: what the program
+//! did with it ([`XdpAction`], the program's return value) and why ([`Reason`]). A
+//! counter's action is the one the packet really left with — a `nat` reply or an ICMP
+//! error sent with `XDP_REDIRECT` has a counter of its own ([`Counter::sent_as`]) — so
+//! metric labels taken from [`Counter::kind`] never misstate a packet's fate.
 
 use core::mem::size_of;
 
 /// Index into the global counter array. Every packet the program sees increments
-/// [`Counter::Packets`] and exactly one verdict-and-reason counter; the event counters
-/// after them ([`Counter::kind`]) count decisions on the way, any number per packet.
+/// exactly one verdict counter ([`CounterKind::Verdict`]); the event counters after
+/// them count decisions on the way, any number per packet.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
@@ -24,17 +30,21 @@ pub enum Counter {
     /// Passed once: the backend's neighbour entry is not resolved yet; the kernel
     /// resolves it and later packets are forwarded.
     PassNoNeighbour,
-    /// Transmitted back out of the ingress interface (`XDP_TX`).
+    /// Forwarded to a backend back out of the ingress interface (`XDP_TX`).
     Tx,
-    /// Redirected to another interface (`bpf_redirect`).
+    /// Forwarded to a backend through another interface (`bpf_redirect`).
     Redirect,
-    /// An echo request to a VIP answered from XDP.
+    /// An echo request to a VIP answered from XDP (always `XDP_TX`).
     TxIcmpEchoReply,
-    /// An ICMP "fragmentation needed" / "packet too big" forwarded to the backend that
-    /// owns the flow it quotes.
+    /// An ICMP "fragmentation needed" / "packet too big" forwarded with `XDP_TX` to the
+    /// backend that owns the flow it quotes.
     TxIcmpError,
-    /// A reply of a `nat` flow translated back and sent towards the client.
+    /// [`Counter::TxIcmpError`], sent with `XDP_REDIRECT`.
+    RedirectIcmpError,
+    /// A reply of a `nat` flow translated back and sent towards the client with `XDP_TX`.
     TxNatReply,
+    /// [`Counter::TxNatReply`], sent with `XDP_REDIRECT`.
+    RedirectNatReply,
     /// Dropped: no free NAT source port for a new `nat` flow.
     DropNatPortsExhausted,
     /// Passed: addressed to the NAT address but no NAT entry (not a reply we made).
@@ -69,25 +79,127 @@ pub enum Counter {
     NatReleasedTimeout,
 }
 
+/// What the XDP program did with a packet: the `xdp_action` it returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XdpAction {
+    /// `XDP_PASS`: handed to the kernel stack.
+    Pass,
+    /// `XDP_TX`: sent back out of the interface it arrived on.
+    Tx,
+    /// `XDP_REDIRECT` (`bpf_redirect`): sent out of another interface.
+    Redirect,
+    /// `XDP_DROP`: discarded.
+    Drop,
+}
+
+impl XdpAction {
+    /// Stable snake_case name: the `verdict` metric label.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            XdpAction::Pass => "pass",
+            XdpAction::Tx => "tx",
+            XdpAction::Redirect => "redirect",
+            XdpAction::Drop => "drop",
+        }
+    }
+}
+
+/// Why a packet got its [`XdpAction`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Neither IPv4 nor IPv6.
+    NotIp,
+    /// Not TCP or UDP to a configured VIP.
+    NotVip,
+    /// IPv4 options.
+    Ipv4Options,
+    /// A fragment or IPv6 extension header.
+    Fragment,
+    /// A VIP in `l7` mode.
+    L7,
+    /// The backend's neighbour entry is not resolved yet.
+    NoNeighbour,
+    /// To the NAT address without a NAT entry.
+    NatUnknown,
+    /// A packet of a flow, forwarded to its backend.
+    Forwarded,
+    /// An echo reply made from the request.
+    IcmpEchoReply,
+    /// An ICMP error forwarded to the backend that owns the flow it quotes.
+    IcmpError,
+    /// A `nat` reply translated back to the client.
+    NatReply,
+    /// No free NAT source port.
+    NatPortsExhausted,
+    /// `lb_nat` is not installed.
+    NatUnavailable,
+    /// The service has no usable backend.
+    NoBackend,
+    /// The FIB has no route to the backend.
+    NoRoute,
+    /// Truncated or inconsistent headers.
+    Malformed,
+    /// A `nat` packet that is not a SYN and has no flow.
+    NatNoFlow,
+    /// The NAT maps are full.
+    NatTableFull,
+}
+
+impl Reason {
+    /// Stable snake_case name: the `reason` metric label.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotIp => "not_ip",
+            Reason::NotVip => "not_vip",
+            Reason::Ipv4Options => "ipv4_options",
+            Reason::Fragment => "fragment",
+            Reason::L7 => "l7",
+            Reason::NoNeighbour => "no_neighbour",
+            Reason::NatUnknown => "nat_unknown",
+            Reason::Forwarded => "forwarded",
+            Reason::IcmpEchoReply => "icmp_echo_reply",
+            Reason::IcmpError => "icmp_error",
+            Reason::NatReply => "nat_reply",
+            Reason::NatPortsExhausted => "nat_ports_exhausted",
+            Reason::NatUnavailable => "nat_unavailable",
+            Reason::NoBackend => "no_backend",
+            Reason::NoRoute => "no_route",
+            Reason::Malformed => "malformed",
+            Reason::NatNoFlow => "nat_no_flow",
+            Reason::NatTableFull => "nat_table_full",
+        }
+    }
+}
+
 /// What a [`Counter`] counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CounterKind {
     /// Every packet.
     Packets,
-    /// The one verdict (`pass`, `tx`, `redirect`, `drop`) of a packet and why.
+    /// The one verdict of a packet: the action it left with and why.
     Verdict {
-        /// `pass`, `tx`, `redirect` or `drop`.
-        verdict: &'static str,
-        /// Why, e.g. `no_route`; `forwarded` for plain `tx` and `redirect`.
-        reason: &'static str,
+        /// What the program returned.
+        action: XdpAction,
+        /// Why.
+        reason: Reason,
     },
     /// A decision on the way.
     Event,
 }
 
+/// A packet the program sends on that is not a plain forward of a flow's packet; its
+/// counter says what it is and how it left ([`Counter::sent_as`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// An ICMP error forwarded to the backend that owns the flow it quotes.
+    IcmpError,
+    /// A `nat` reply translated back and sent to the client.
+    NatReply,
+}
+
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 26;
+    pub const COUNT: u32 = 28;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -102,7 +214,9 @@ impl Counter {
         Counter::Redirect,
         Counter::TxIcmpEchoReply,
         Counter::TxIcmpError,
+        Counter::RedirectIcmpError,
         Counter::TxNatReply,
+        Counter::RedirectNatReply,
         Counter::DropNatPortsExhausted,
         Counter::PassNatUnknown,
         Counter::DropNatUnavailable,
@@ -119,7 +233,8 @@ impl Counter {
         Counter::NatReleasedTimeout,
     ];
 
-    /// Stable snake_case name, used in metric labels and CLI output.
+    /// Stable snake_case name, used in CLI output and logs: for a verdict counter its
+    /// action and reason joined (the reason left out when it is `forwarded`).
     pub const fn name(self) -> &'static str {
         match self {
             Counter::Packets => "packets",
@@ -133,7 +248,9 @@ impl Counter {
             Counter::Redirect => "redirect",
             Counter::TxIcmpEchoReply => "tx_icmp_echo_reply",
             Counter::TxIcmpError => "tx_icmp_error",
+            Counter::RedirectIcmpError => "redirect_icmp_error",
             Counter::TxNatReply => "tx_nat_reply",
+            Counter::RedirectNatReply => "redirect_nat_reply",
             Counter::DropNatPortsExhausted => "drop_nat_ports_exhausted",
             Counter::PassNatUnknown => "pass_nat_unknown",
             Counter::DropNatUnavailable => "drop_nat_unavailable",
@@ -151,10 +268,11 @@ impl Counter {
         }
     }
 
-    /// Whether this counts packets, verdicts or events, and for verdicts the
-    /// verdict and reason as metric labels.
+    /// Whether this counts packets, verdicts or events, and for a verdict the action
+    /// the packet left with and why.
     pub const fn kind(self) -> CounterKind {
-        let (verdict, reason) = match self {
+        use {Reason as R, XdpAction as A};
+        let (action, reason) = match self {
             Counter::Packets => return CounterKind::Packets,
             Counter::EmbryonicPromoted
             | Counter::NonSynMiss
@@ -162,28 +280,43 @@ impl Counter {
             | Counter::NatReleasedFin
             | Counter::NatReleasedRst
             | Counter::NatReleasedTimeout => return CounterKind::Event,
-            Counter::PassNotIp => ("pass", "not_ip"),
-            Counter::PassNotVip => ("pass", "not_vip"),
-            Counter::PassIpv4Options => ("pass", "ipv4_options"),
-            Counter::PassFragment => ("pass", "fragment"),
-            Counter::PassL7 => ("pass", "l7"),
-            Counter::PassNoNeighbour => ("pass", "no_neighbour"),
-            Counter::PassNatUnknown => ("pass", "nat_unknown"),
-            Counter::Tx => ("tx", "forwarded"),
-            Counter::Redirect => ("redirect", "forwarded"),
-            // Sent with XDP_TX or a redirect; the reason says what was sent.
-            Counter::TxIcmpEchoReply => ("tx", "icmp_echo_reply"),
-            Counter::TxIcmpError => ("tx", "icmp_error"),
-            Counter::TxNatReply => ("tx", "nat_reply"),
-            Counter::DropNatPortsExhausted => ("drop", "nat_ports_exhausted"),
-            Counter::DropNatUnavailable => ("drop", "nat_unavailable"),
-            Counter::DropNoBackend => ("drop", "no_backend"),
-            Counter::DropNoRoute => ("drop", "no_route"),
-            Counter::DropMalformed => ("drop", "malformed"),
-            Counter::DropNatNoFlow => ("drop", "nat_no_flow"),
-            Counter::DropNatTableFull => ("drop", "nat_table_full"),
+            Counter::PassNotIp => (A::Pass, R::NotIp),
+            Counter::PassNotVip => (A::Pass, R::NotVip),
+            Counter::PassIpv4Options => (A::Pass, R::Ipv4Options),
+            Counter::PassFragment => (A::Pass, R::Fragment),
+            Counter::PassL7 => (A::Pass, R::L7),
+            Counter::PassNoNeighbour => (A::Pass, R::NoNeighbour),
+            Counter::PassNatUnknown => (A::Pass, R::NatUnknown),
+            Counter::Tx => (A::Tx, R::Forwarded),
+            Counter::Redirect => (A::Redirect, R::Forwarded),
+            Counter::TxIcmpEchoReply => (A::Tx, R::IcmpEchoReply),
+            Counter::TxIcmpError => (A::Tx, R::IcmpError),
+            Counter::RedirectIcmpError => (A::Redirect, R::IcmpError),
+            Counter::TxNatReply => (A::Tx, R::NatReply),
+            Counter::RedirectNatReply => (A::Redirect, R::NatReply),
+            Counter::DropNatPortsExhausted => (A::Drop, R::NatPortsExhausted),
+            Counter::DropNatUnavailable => (A::Drop, R::NatUnavailable),
+            Counter::DropNoBackend => (A::Drop, R::NoBackend),
+            Counter::DropNoRoute => (A::Drop, R::NoRoute),
+            Counter::DropMalformed => (A::Drop, R::Malformed),
+            Counter::DropNatNoFlow => (A::Drop, R::NatNoFlow),
+            Counter::DropNatTableFull => (A::Drop, R::NatTableFull),
         };
-        CounterKind::Verdict { verdict, reason }
+        CounterKind::Verdict { action, reason }
+    }
+
+    /// The counter of a packet sent on as `what`, given the counter its transmit chose
+    /// ([`Counter::Tx`] or [`Counter::Redirect`]): the result keeps that action, so a
+    /// redirected `nat` reply is counted as a redirect. Any other counter (the transmit
+    /// passed or dropped the packet instead) comes back unchanged.
+    pub const fn sent_as(self, what: Sent) -> Counter {
+        match (self, what) {
+            (Counter::Tx, Sent::IcmpError) => Counter::TxIcmpError,
+            (Counter::Redirect, Sent::IcmpError) => Counter::RedirectIcmpError,
+            (Counter::Tx, Sent::NatReply) => Counter::TxNatReply,
+            (Counter::Redirect, Sent::NatReply) => Counter::RedirectNatReply,
+            (other, _) => other,
+        }
     }
 }
 
@@ -222,29 +355,59 @@ unsafe impl aya::Pod for TrafficStats {}
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::{borrow::ToOwned, format};
 
     #[test]
     fn verdict_labels_agree_with_names() {
         for c in Counter::ALL {
             match c.kind() {
-                CounterKind::Verdict { verdict, reason } => {
+                CounterKind::Verdict { action, reason } => {
                     let name = c.name();
-                    let expected = if reason == "forwarded" {
-                        verdict.to_owned()
+                    let expected = if reason == Reason::Forwarded {
+                        action.as_str().to_owned()
                     } else {
-                        format!("{verdict}_{reason}")
+                        format!("{}_{}", action.as_str(), reason.as_str())
                     };
                     assert_eq!(name, expected, "{name}");
                 }
                 CounterKind::Packets => assert_eq!(c, Counter::Packets),
-                CounterKind::Event => assert!(c as u32 > Counter::DropMalformed as u32),
+                CounterKind::Event => assert!(
+                    c as u32 > Counter::DropNatTableFull as u32,
+                    "{}: events come after every verdict",
+                    c.name()
+                ),
             }
         }
     }
 
-    extern crate std;
-    use std::{borrow::ToOwned, format};
+    #[test]
+    fn a_packet_sent_on_keeps_the_action_it_left_with() {
+        for (via, action) in [
+            (Counter::Tx, XdpAction::Tx),
+            (Counter::Redirect, XdpAction::Redirect),
+        ] {
+            for (what, reason) in [
+                (Sent::IcmpError, Reason::IcmpError),
+                (Sent::NatReply, Reason::NatReply),
+            ] {
+                let c = via.sent_as(what);
+                assert_eq!(
+                    c.kind(),
+                    CounterKind::Verdict { action, reason },
+                    "{} sent as {what:?} is {}",
+                    via.name(),
+                    c.name()
+                );
+            }
+        }
+        // A transmit that failed keeps its own verdict.
+        for c in [Counter::DropNoRoute, Counter::PassNoNeighbour] {
+            assert_eq!(c.sent_as(Sent::NatReply), c);
+            assert_eq!(c.sent_as(Sent::IcmpError), c);
+        }
+    }
 
     #[test]
     fn all_is_in_index_order() {

@@ -17,7 +17,9 @@ pub mod counters;
 pub mod hash;
 pub mod maps;
 
-pub use counters::{BackendStats, Counter, CounterKind, TrafficStats, VipStats};
+pub use counters::{
+    BackendStats, Counter, CounterKind, Reason, Sent, TrafficStats, VipStats, XdpAction,
+};
 pub use hash::flow_hash;
 pub use maps::{
     AddrKey, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, NatState,

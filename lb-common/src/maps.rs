@@ -46,8 +46,9 @@ pub mod names {
     pub const NAT_V1: &str = "LB_NAT_V1";
     /// Node-wide settings: index 0 → [`super::GlobalConfig`].
     pub const CONFIG: &str = "LB_CONFIG_V4";
-    /// Per-CPU global counters indexed by [`crate::Counter`].
-    pub const COUNTERS: &str = "LB_COUNTERS_V3";
+    /// Per-CPU global counters indexed by [`crate::Counter`] (V4: the ICMP errors and
+    /// `nat` replies sent with `XDP_REDIRECT` counted apart from those sent with `XDP_TX`).
+    pub const COUNTERS: &str = "LB_COUNTERS_V4";
     /// Per-CPU per-service counters indexed by service id → [`crate::VipStats`].
     pub const VIP_STATS: &str = "LB_VIP_STATS_V2";
     /// Per-CPU per-backend counters indexed by backend id → [`crate::BackendStats`].

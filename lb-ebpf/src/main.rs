@@ -19,7 +19,7 @@ mod parse;
 mod stats;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use lb_common::{Counter, ForwardingMode};
+use lb_common::{Counter, ForwardingMode, Sent};
 use parse::Kind;
 
 /// What happens to a packet and the counter that says why.
@@ -53,16 +53,13 @@ impl Verdict {
         Self { action, reason }
     }
 
-    /// Counts a forwarded packet under `reason` instead (ICMP errors, NAT replies);
-    /// other verdicts keep theirs.
-    pub const fn forwarded_as(self, reason: Counter) -> Self {
-        if self.forwarded() {
-            Self {
-                action: self.action,
-                reason,
-            }
-        } else {
-            self
+    /// Counts a packet that was sent on as `what` (an ICMP error, a NAT reply) under
+    /// the counter of `what` for the action it was sent with (`XDP_TX` or
+    /// `XDP_REDIRECT`); a verdict that did not send it keeps its own.
+    pub const fn forwarded_as(self, what: Sent) -> Self {
+        Self {
+            action: self.action,
+            reason: self.reason.sent_as(what),
         }
     }
 
@@ -70,7 +67,7 @@ impl Verdict {
     pub const fn forwarded(&self) -> bool {
         matches!(
             self.reason,
-            Counter::Tx | Counter::Redirect | Counter::TxIcmpError
+            Counter::Tx | Counter::Redirect | Counter::TxIcmpError | Counter::RedirectIcmpError
         )
     }
 }
@@ -134,7 +131,7 @@ fn steer(ctx: &XdpContext) -> Verdict {
     let now = forward::now();
     let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
     if pkt.kind == Kind::IcmpError {
-        verdict = verdict.forwarded_as(Counter::TxIcmpError);
+        verdict = verdict.forwarded_as(Sent::IcmpError);
     }
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
@@ -205,7 +202,7 @@ fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
         return Verdict::drop(Counter::DropMalformed);
     }
     forward::to_backend(ctx, &pkt, backend_id, backend, forward::now())
-        .forwarded_as(Counter::TxIcmpError)
+        .forwarded_as(Sent::IcmpError)
 }
 
 /// `nat` flows, reached by tail call from `lb_xdp` (which counted the packet in
@@ -253,7 +250,7 @@ fn nat_reply(ctx: &XdpContext, pkt: &parse::Packet, now: u64) -> Verdict {
         Ok(entry) => entry,
         Err(verdict) => return verdict,
     };
-    forward::to_client(ctx, pkt, &entry.client, now).forwarded_as(Counter::TxNatReply)
+    forward::to_client(ctx, pkt, &entry.client, now).forwarded_as(Sent::NatReply)
 }
 
 #[cfg(not(test))]

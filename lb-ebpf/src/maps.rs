@@ -93,7 +93,7 @@ pub const PROG_NAT_ICMP: u32 = 1;
 pub static CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);
 
 /// Global verdict and reason counters, one slot per `Counter`.
-#[map(name = "LB_COUNTERS_V3")]
+#[map(name = "LB_COUNTERS_V4")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
 /// Per-service traffic, indexed by `VipInfo::service_id`.

@@ -691,7 +691,7 @@ pub fn nat_config(
 }
 
 /// `GET /metrics` from lbd's default metrics address inside `ns` (its loopback); the
-/// body.
+/// body, checked to be served as OpenMetrics text and to end in `# EOF`.
 pub fn scrape_metrics(ns: &Netns) -> String {
     use std::io::{Read as _, Write as _};
     ns.run(|| {
@@ -703,6 +703,17 @@ pub fn scrape_metrics(ns: &Netns) -> String {
         let mut raw = String::new();
         s.read_to_string(&mut raw).expect("response");
         assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
-        raw.split_once("\r\n\r\n").expect("body").1.to_owned()
+        let (head, body) = raw.split_once("\r\n\r\n").expect("body");
+        assert!(
+            head.lines().any(|l| l.eq_ignore_ascii_case(
+                "content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"
+            )),
+            "not served as OpenMetrics:\n{head}"
+        );
+        assert!(
+            body.ends_with("# EOF\n"),
+            "OpenMetrics text ends in # EOF:\n{body}"
+        );
+        body.to_owned()
     })
 }

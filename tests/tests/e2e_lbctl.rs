@@ -1,6 +1,6 @@
 //! `lbctl` against a running `lbd` in a namespace topology: every command's JSON is
 //! parsed, counters move by exactly the traffic sent, `explain` names the backend
-//! that really answers, `/metrics` parses as Prometheus text, and with lbd stopped
+//! that really answers, `/metrics` parses as OpenMetrics text, and with lbd stopped
 //! (data plane left running) `flows`, `stats` and `explain` still answer from the
 //! pinned maps while the rest say lbd is down.
 
@@ -269,6 +269,30 @@ fn lbctl_reports_and_explains_what_the_node_does() {
         u(&dns["table_size"]) as f64
     );
     assert!(metric(&parsed, "lbd_xdp_packets_total", &[]) >= flows_made);
+    // Every datagram to the VIP left towards its backend: forwarded by XDP_TX or a
+    // redirect, and the verdict label says which.
+    let forwarded: f64 = ["tx", "redirect"]
+        .iter()
+        .map(|v| {
+            metric(
+                &parsed,
+                "lbd_xdp_verdicts_total",
+                &[("verdict", v), ("reason", "forwarded")],
+            )
+        })
+        .sum();
+    assert!(forwarded >= flows_made + 5.0, "{forwarded} forwarded");
+    assert!(
+        parsed
+            .samples
+            .iter()
+            .filter(|s| s.metric == "lbd_xdp_verdicts_total")
+            .all(|s| s
+                .labels
+                .get("verdict")
+                .is_some_and(|v| ["pass", "tx", "redirect", "drop"].contains(&v))),
+        "verdicts are XDP actions"
+    );
     assert!(metric(&parsed, "lbd_reconciles_total", &[]) >= 1.0);
     let digest = dns["table_digest"].as_str().expect("digest");
     assert_eq!(

@@ -1,5 +1,5 @@
 //! The admin API: what `lbd` tells `lbctl` (JSON over HTTP on a unix socket) and
-//! Prometheus (text exposition on a TCP address).
+//! Prometheus (OpenMetrics text on a TCP address, [`metrics`]).
 //!
 //! Every JSON reply is an [`Envelope`] carrying [`API_VERSION`], so an `lbctl` of
 //! another release says so instead of misreading fields.
