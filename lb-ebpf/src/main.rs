@@ -2,12 +2,17 @@
 //!
 //! Reads top to bottom: `maps` (every map) → `parse` (headers, bounds-checked) →
 //! `lookup` (VIP, backend) → `forward` (FIB lookup, MAC rewrite, transmit) → the verdict
-//! here, with `stats` counting exactly one reason per packet.
+//! here, with `stats` counting exactly one reason per packet. `log` is the log build's
+//! (feature `log`): decisions noted on the way, records written by `lb_log`, to which
+//! every program then hands its verdict; without the feature it is nothing.
 //!
 //! Contract: a packet that is not TCP/UDP to a configured VIP leaves with `XDP_PASS`
 //! and its bytes untouched; a truncated or inconsistent packet is never forwarded.
 #![no_std]
 #![no_main]
+
+#[macro_use]
+mod log;
 
 mod csum;
 mod forward;
@@ -78,6 +83,7 @@ impl Verdict {
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
     let verdict = steer(&ctx);
     stats::count(verdict.reason);
+    if_log! { log::hand_over(&ctx, verdict); }
     verdict.action
 }
 
@@ -136,6 +142,11 @@ fn steer(ctx: &XdpContext) -> Verdict {
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
+        if_log! {
+            if choice.new_flow {
+                log::new_flow(&pkt.key, choice.backend_id, choice.backend);
+            }
+        }
     }
     verdict
 }
@@ -171,6 +182,7 @@ fn tail_call(ctx: &XdpContext, index: u32) -> Verdict {
 pub fn lb_nat_icmp(ctx: XdpContext) -> u32 {
     let verdict = steer_nat_icmp(&ctx);
     stats::count(verdict.reason);
+    if_log! { log::hand_over(&ctx, verdict); }
     verdict.action
 }
 
@@ -211,6 +223,7 @@ fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
 pub fn lb_nat(ctx: XdpContext) -> u32 {
     let verdict = steer_nat(&ctx);
     stats::count(verdict.reason);
+    if_log! { log::hand_over(&ctx, verdict); }
     verdict.action
 }
 
@@ -227,7 +240,10 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
     };
     let choice = match nat::flow(vip, &pkt, now) {
         Ok(choice) => choice,
-        Err(why) => return no_choice(why),
+        Err(why) => {
+            if_log! { log::nat_refused(&pkt.key, &why); }
+            return no_choice(why);
+        }
     };
     if (choice.backend.flags & lb_common::maps::BACKEND_F_IPV6 != 0) != pkt.ipv6 {
         return Verdict::drop(Counter::DropNoRoute);
@@ -239,6 +255,11 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
+        if_log! {
+            if choice.new_flow {
+                log::new_flow(&pkt.key, choice.backend_id, choice.backend);
+            }
+        }
     }
     verdict
 }

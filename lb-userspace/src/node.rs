@@ -72,7 +72,9 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
             source,
         })?;
     }
-    let mut dataplane = KernelDataplane::load_sized(pin_dir.as_deref(), &config.flow_tables)?;
+    let object = crate::dataplane_object();
+    let mut dataplane =
+        KernelDataplane::load_object(object, pin_dir.as_deref(), &config.flow_tables)?;
     let mut programmer = Programmer::default();
     programmer.set_answer_ping(config.node.answer_ping);
     let adopted = programmer.adopt(dataplane.maps())?;

@@ -183,7 +183,19 @@ impl XdpRig {
 
     /// Like [`XdpRig::load_pinned`], with the flow tables sized as `tables` says.
     pub fn load_sized(seed: u32, pin_dir: Option<&std::path::Path>, tables: &FlowTables) -> Self {
-        let mut dataplane = KernelDataplane::load_sized(pin_dir, tables).expect("load data plane");
+        let dataplane = KernelDataplane::load_sized(pin_dir, tables).expect("load data plane");
+        Self::with(dataplane, seed)
+    }
+
+    /// Like [`XdpRig::load`], from another build of the object (e.g.
+    /// `kernel::BPF_OBJECT_LOG`, whose records the data plane relays to `log`).
+    pub fn load_object(seed: u32, object: &[u8]) -> Self {
+        let dataplane = KernelDataplane::load_object(object, None, &FlowTables::default())
+            .expect("load data plane");
+        Self::with(dataplane, seed)
+    }
+
+    fn with(mut dataplane: KernelDataplane, seed: u32) -> Self {
         dataplane
             .set_config(GlobalConfig {
                 hash_seed: seed,

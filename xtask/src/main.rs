@@ -32,7 +32,12 @@ enum Command {
         check: bool,
     },
     /// Build the BPF object (release, bpfel) and print its path.
-    BuildEbpf,
+    BuildEbpf {
+        /// Build the log object instead (lb-ebpf's feature `log`): aya-log records at
+        /// drops, nat exhaustion and new flows, which the data plane relays to lbd's log.
+        #[arg(long)]
+        log: bool,
+    },
     /// Everything: fmt check, clippy (host and BPF target), unit, fixture and netns tests.
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
@@ -82,7 +87,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Setup { check: true } => setup::check(),
         Command::Setup { check: false } => setup::run(),
-        Command::BuildEbpf => build_ebpf(),
+        Command::BuildEbpf { log } => build_ebpf(if log { Object::Log } else { Object::Default }),
         Command::Test { args } => test(&args),
         Command::Demo { args } => demo(&args),
         Command::Bench { what, args } => bench(&what, &args),
@@ -98,11 +103,11 @@ fn workspace_root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
-fn build_ebpf() -> Result<()> {
+fn build_ebpf(object: Object) -> Result<()> {
     setup::run()?;
-    bpf_cargo("build", &["--bins"], &[])?;
+    bpf_cargo(object, "build", &["--bins"], &[])?;
     let object = workspace_root()
-        .join(BPF_TARGET_DIR)
+        .join(object.target_dir())
         .join("bpfel-unknown-none/release/lb-ebpf");
     let size = std::fs::metadata(&object)
         .with_context(|| format!("{} was not produced", object.display()))?
@@ -111,13 +116,38 @@ fn build_ebpf() -> Result<()> {
     Ok(())
 }
 
-/// Where `build-ebpf` and the BPF clippy run put their output.
-const BPF_TARGET_DIR: &str = "target/ebpf";
+/// Which BPF object to build.
+#[derive(Clone, Copy, Debug)]
+enum Object {
+    /// What lbd embeds.
+    Default,
+    /// With lb-ebpf's feature `log` (aya-log records).
+    Log,
+}
+
+impl Object {
+    /// Where `build-ebpf` and the BPF clippy run put their output: one directory per
+    /// object, so building one never overwrites the other.
+    const fn target_dir(self) -> &'static str {
+        match self {
+            Self::Default => "target/ebpf",
+            Self::Log => "target/ebpf-log",
+        }
+    }
+
+    const fn features(self) -> &'static [&'static str] {
+        match self {
+            Self::Default => &[],
+            Self::Log => &["--features", "log"],
+        }
+    }
+}
 
 /// `cargo +nightly <subcommand>` on `lb-ebpf` for the BPF target, in release (a debug
 /// BPF object does not load).
-fn bpf_cargo(subcommand: &str, before: &[&str], after: &[&str]) -> Result<()> {
+fn bpf_cargo(object: Object, subcommand: &str, before: &[&str], after: &[&str]) -> Result<()> {
     let mut args = vec![subcommand, "--package", "lb-ebpf", "--release"];
+    args.extend_from_slice(object.features());
     args.extend_from_slice(before);
     args.extend_from_slice(&[
         "--target",
@@ -125,7 +155,7 @@ fn bpf_cargo(subcommand: &str, before: &[&str], after: &[&str]) -> Result<()> {
         "-Z",
         "build-std=core",
         "--target-dir",
-        BPF_TARGET_DIR,
+        object.target_dir(),
     ]);
     args.extend_from_slice(after);
     cmd::cargo_nightly(&args)
@@ -157,7 +187,8 @@ fn test(extra: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ])?;
-    bpf_cargo("clippy", &[], &["--", "-D", "warnings"])?;
+    bpf_cargo(Object::Default, "clippy", &[], &["--", "-D", "warnings"])?;
+    bpf_cargo(Object::Log, "clippy", &[], &["--", "-D", "warnings"])?;
     // The integration tests run the real lbd binary.
     cmd::cargo(&["build", "--package", "lb-userspace", "--bins"])?;
     let mut args = vec![

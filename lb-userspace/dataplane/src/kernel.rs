@@ -1,5 +1,6 @@
 //! The aya implementation: loads the embedded BPF object, attaches the XDP program and
-//! writes its maps.
+//! writes its maps. A log build of the object (feature `object-log` embeds one) gets
+//! its records relayed to the `log` crate for as long as the data plane lives.
 
 use std::path::{Path, PathBuf};
 
@@ -21,10 +22,21 @@ use lb_model::{
     dataplane::{DataplaneError, MapOps},
 };
 
-use crate::maps::{MapSet, map_error};
+use crate::{
+    logrelay::LogRelay,
+    maps::{MapSet, map_error},
+};
 
 /// The BPF object built from `lb-ebpf` by this crate's build script.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
+
+/// The log build of the same programs (lb-ebpf's feature `log`): aya-log records at
+/// drops, nat exhaustion and new flows, relayed to the `log` crate once loaded with
+/// [`KernelDataplane::load_object`]. For debugging a node; each record costs the packet
+/// that writes it.
+#[cfg(feature = "object-log")]
+pub static BPF_OBJECT_LOG: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf-log"));
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
@@ -82,6 +94,8 @@ pub struct KernelDataplane {
     migration: Option<crate::migrate::Migration>,
     /// Tail-call targets; kept open so the entries stay while this process runs.
     _progs: ProgramArray<MapData>,
+    /// A log build's records on their way to the `log` crate; stops on drop.
+    _log_relay: Option<LogRelay>,
 }
 
 fn program_error(
@@ -125,8 +139,26 @@ impl KernelDataplane {
         pin_dir: Option<&Path>,
         tables: &config::FlowTables,
     ) -> Result<Self, DataplaneError> {
+        Self::load_object(BPF_OBJECT, pin_dir, tables)
+    }
+
+    /// Like [`KernelDataplane::load_sized`], from `object` (an object built from
+    /// `lb-ebpf`: [`BPF_OBJECT`], or `BPF_OBJECT_LOG` with `object-log`). An object
+    /// with aya-log's ring buffer (a log build) gets its records relayed to
+    /// [`log::logger`] until the data plane is dropped; it writes records up to
+    /// [`log::max_level`] as it is at this call.
+    ///
+    /// # Errors
+    /// As `load_sized`, plus a log relay that cannot start.
+    pub fn load_object(
+        object: &[u8],
+        pin_dir: Option<&Path>,
+        tables: &config::FlowTables,
+    ) -> Result<Self, DataplaneError> {
+        let level = crate::logrelay::ebpf_level();
         let mut loader = EbpfLoader::new();
         loader
+            .override_global(crate::logrelay::LOG_LEVEL, &level, false)
             .map_max_entries(names::CONNTRACK, tables.conntrack_entries)
             .map_max_entries(names::EMBRYONIC, tables.embryonic_entries)
             .map_max_entries(names::NAT, tables.nat_entries)
@@ -146,11 +178,13 @@ impl KernelDataplane {
             }
         }
         let mut ebpf = loader
-            .load(BPF_OBJECT)
+            .load(object)
             .map_err(|source| DataplaneError::Program {
                 action: "loading the BPF object".into(),
                 source: Box::new(source),
             })?;
+        // Before the programs load: they refer to the ring buffer the relay takes.
+        let log_relay = LogRelay::start(&mut ebpf, log::logger())?;
         let prog = xdp_of(&mut ebpf)?;
         prog.load()
             .map_err(program_error("loading the XDP program"))?;
@@ -191,6 +225,7 @@ impl KernelDataplane {
         Ok(Self {
             maps,
             _progs: progs,
+            _log_relay: log_relay,
             ebpf,
             link: Attachment::None,
             migration,
