@@ -64,6 +64,6 @@ pub fn slice_yaml(s: usize, shift: Option<Ipv4Addr>) -> String {
 /// [`slice_yaml`] as JSON (what an etcd key or `kubectl -o json` holds).
 pub fn slice_json(s: usize, shift: Option<Ipv4Addr>) -> String {
     let value: serde_json::Value =
-        serde_yaml::from_str(&slice_yaml(s, shift)).expect("generated YAML");
+        serde_saphyr::from_str(&slice_yaml(s, shift)).expect("generated YAML");
     serde_json::to_string(&value).expect("JSON")
 }

@@ -23,7 +23,10 @@
 
 use std::{collections::BTreeMap, net::IpAddr, time::SystemTime};
 
-use serde::Deserialize;
+mod raw;
+mod yaml;
+
+use raw::{RawDoc, RawSlice};
 
 /// A backend's state from its conditions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -103,9 +106,10 @@ pub enum SliceError {
     /// A `discovery.k8s.io/v1` `EndpointSlice` that does not fit the schema.
     #[error("document {document}: malformed EndpointSlice: {message}")]
     Malformed {
-        /// 0-based index of the document in the file (a list counts once).
+        /// 0-based index of the document in the file (a list counts once, empty
+        /// documents count too).
         document: usize,
-        /// The field, what is wrong with it, and its line and column where known.
+        /// The field's path, what is wrong with it, and its line and column.
         message: String,
     },
 }
@@ -125,56 +129,57 @@ pub fn parse(text: &str) -> Result<Parsed, SliceError> {
         return Ok(from_typed(docs));
     }
     // Fast path: every document straight into the fields we read, the rest skipped
-    // without being built (a tenth of the allocations). A file with any document
-    // that does not fit those types — ignored or malformed ones, bad YAML — is read
-    // again as generic values, which gives the precise per-document reasons.
+    // without being built. A file with any document that does not fit those types —
+    // ignored or malformed ones, bad YAML — is read again one document at a time,
+    // which gives the precise per-document reasons.
     match typed_yaml(text) {
         Some(docs) => Ok(from_typed(docs)),
         None => parse_generic(text),
     }
 }
 
-/// Every JSON document of `text` as a [`RawDoc`], or `None` if any does not fit.
-fn typed_json(text: &str) -> Option<Vec<Option<RawDoc>>> {
+/// Every non-null JSON document of `text` as a [`RawDoc`], or `None` if any does not
+/// fit.
+fn typed_json(text: &str) -> Option<Vec<RawDoc>> {
     serde_json::Deserializer::from_str(text)
         .into_iter::<Option<RawDoc>>()
+        .filter_map(Result::transpose)
         .collect::<Result<_, _>>()
         .ok()
 }
 
-/// Every YAML document of `text` as a [`RawDoc`], or `None` if any does not fit.
-fn typed_yaml(text: &str) -> Option<Vec<Option<RawDoc>>> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(Option::<RawDoc>::deserialize)
-        .collect::<Result<_, _>>()
-        .ok()
+/// Every non-empty YAML document of `text` as a [`RawDoc`], or `None` if any does not
+/// fit.
+fn typed_yaml(text: &str) -> Option<Vec<RawDoc>> {
+    yaml::typed(text)
 }
 
 /// [`parse`] for documents that all fit [`RawDoc`].
-fn from_typed(docs: Vec<Option<RawDoc>>) -> Parsed {
+fn from_typed(docs: Vec<RawDoc>) -> Parsed {
     let mut out = Parsed::default();
     let mut index = 0;
-    for doc in docs.into_iter().flatten() {
+    for doc in docs {
         match doc.kind.as_deref() {
             Some(list @ ("EndpointSliceList" | "List")) => {
-                let inherit = (list == "EndpointSliceList")
-                    .then(|| ("EndpointSlice".to_owned(), doc.api_version.clone()));
+                let inherit = list == "EndpointSliceList";
                 for item in doc.items.unwrap_or_default() {
-                    let (kind, api) = match &inherit {
-                        Some((k, a)) => (Some(k.clone()), a.clone()),
-                        None => (item.kind.clone(), item.api_version.clone()),
+                    let refused = if inherit {
+                        not_ours(Some("EndpointSlice"), doc.api_version.as_deref())
+                    } else {
+                        not_ours(item.kind.as_deref(), item.api_version.as_deref())
                     };
-                    let taken: Result<(), std::convert::Infallible> =
-                        accept_raw(kind, api, || Ok(item.into_slice()), index, &mut out);
-                    let Ok(()) = taken;
+                    match refused {
+                        Some(reason) => out.ignored.push(Ignored { index, reason }),
+                        None => take(item.into_slice(), index, &mut out),
+                    }
                     index += 1;
                 }
             }
             _ => {
-                let (kind, api) = (doc.kind.clone(), doc.api_version.clone());
-                let taken: Result<(), std::convert::Infallible> =
-                    accept_raw(kind, api, || Ok(doc.into_slice()), index, &mut out);
-                let Ok(()) = taken;
+                match not_ours(doc.kind.as_deref(), doc.api_version.as_deref()) {
+                    Some(reason) => out.ignored.push(Ignored { index, reason }),
+                    None => take(doc.into_slice(), index, &mut out),
+                }
                 index += 1;
             }
         }
@@ -182,42 +187,60 @@ fn from_typed(docs: Vec<Option<RawDoc>>) -> Parsed {
     out
 }
 
-/// [`parse`] through generic values: slower, but reports each document on its own.
+/// [`parse`] one document at a time: slower, but reports each document on its own.
+/// A document's type fields are read first, leniently; then only what they make an
+/// EndpointSlice is read against the schema.
 fn parse_generic(text: &str) -> Result<Parsed, SliceError> {
     let mut out = Parsed::default();
     let mut index = 0;
-    for (document, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = serde_yaml::Value::deserialize(doc).map_err(|e| SliceError::Syntax {
-            message: e.to_string(),
-        })?;
-        if value.is_null() {
+    for (document, doc) in yaml::documents(text)?.iter().enumerate() {
+        let header = yaml::header(doc)?;
+        if header.null {
             continue; // an empty document (e.g. a trailing `---`)
         }
-        let kind = str_field(&value, "kind");
-        let api = str_field(&value, "apiVersion");
-        match kind.as_deref() {
-            Some("EndpointSliceList") | Some("List") => {
-                let items = match value {
-                    serde_yaml::Value::Mapping(mut m) => match m.remove("items") {
-                        Some(serde_yaml::Value::Sequence(items)) => items,
-                        _ => Vec::new(),
-                    },
-                    _ => Vec::new(),
-                };
-                for item in items {
-                    // EndpointSliceList items carry no TypeMeta: they inherit the list's.
-                    let inherit = if kind.as_deref() == Some("EndpointSliceList") {
-                        Some(("EndpointSlice".to_owned(), api.clone()))
-                    } else {
-                        None
-                    };
-                    accept(item, inherit, index, &mut out)
-                        .map_err(|e| malformed(text, document, e))?;
+        let malformed = |message| SliceError::Malformed { document, message };
+        match header.kind.as_deref() {
+            Some(list @ ("EndpointSliceList" | "List")) => {
+                // EndpointSliceList items carry no TypeMeta: they inherit the list's.
+                let refused: Vec<Option<String>> = header
+                    .items
+                    .iter()
+                    .map(|item| {
+                        if list == "EndpointSliceList" {
+                            not_ours(Some("EndpointSlice"), header.api_version.as_deref())
+                        } else {
+                            not_ours(item.kind.as_deref(), item.api_version.as_deref())
+                        }
+                    })
+                    .collect();
+                let strict: Vec<bool> = refused.iter().map(Option::is_none).collect();
+                let mut slices = if strict.contains(&true) {
+                    yaml::strict(doc, yaml::Parts::Items(&strict)).map_err(malformed)?
+                } else {
+                    Vec::new()
+                }
+                .into_iter();
+                for refused in refused {
+                    match refused {
+                        Some(reason) => out.ignored.push(Ignored { index, reason }),
+                        None => {
+                            if let Some(slice) = slices.next() {
+                                take(slice, index, &mut out);
+                            }
+                        }
+                    }
                     index += 1;
                 }
             }
-            _ => {
-                accept(value, None, index, &mut out).map_err(|e| malformed(text, document, e))?;
+            kind => {
+                match not_ours(kind, header.api_version.as_deref()) {
+                    Some(reason) => out.ignored.push(Ignored { index, reason }),
+                    None => {
+                        for slice in yaml::strict(doc, yaml::Parts::Whole).map_err(malformed)? {
+                            take(slice, index, &mut out);
+                        }
+                    }
+                }
                 index += 1;
             }
         }
@@ -225,183 +248,31 @@ fn parse_generic(text: &str) -> Result<Parsed, SliceError> {
     Ok(out)
 }
 
-/// The error for document `document` of `text`, which holds a malformed slice that
-/// failed with `error`. Generic values carry no positions, so the document is read
-/// again straight from the text, which gives the field's path and line.
-fn malformed(text: &str, document: usize, error: serde_yaml::Error) -> SliceError {
-    let located = serde_yaml::Deserializer::from_str(text)
-        .nth(document)
-        .and_then(|doc| RawDoc::deserialize(doc).err());
-    SliceError::Malformed {
-        document,
-        message: located.unwrap_or(error).to_string(),
-    }
-}
-
-fn str_field(v: &serde_yaml::Value, key: &str) -> Option<String> {
-    v.get(key).and_then(|s| s.as_str()).map(str::to_owned)
-}
-
-/// A document as the fast path reads it: type fields, a list's items, and the slice
-/// fields of [`RawSlice`] (kept flat: `#[serde(flatten)]` would buffer everything).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawDoc {
-    kind: Option<String>,
-    api_version: Option<String>,
-    items: Option<Vec<RawDoc>>,
-    #[serde(default)]
-    metadata: RawMeta,
-    address_type: Option<String>,
-    endpoints: Option<Vec<RawEndpoint>>,
-    ports: Option<Vec<RawPort>>,
-}
-
-impl RawDoc {
-    fn into_slice(self) -> RawSlice {
-        RawSlice {
-            metadata: self.metadata,
-            address_type: self.address_type,
-            endpoints: self.endpoints,
-            ports: self.ports,
-        }
-    }
-}
-
-/// The fields we read; everything else is tolerated and ignored.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawSlice {
-    #[serde(default)]
-    metadata: RawMeta,
-    address_type: Option<String>,
-    #[serde(default)]
-    endpoints: Option<Vec<RawEndpoint>>,
-    #[serde(default)]
-    ports: Option<Vec<RawPort>>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawMeta {
-    name: Option<String>,
-    namespace: Option<String>,
-    labels: Option<BTreeMap<String, Option<String>>>,
-    /// Read as a time right here, so that a bad one refuses the document with its
-    /// path and line.
-    #[serde(default, deserialize_with = "creation_time")]
-    creation_timestamp: Option<SystemTime>,
-}
-
-/// `metadata.creationTimestamp`: RFC 3339, or null. Parsed inside the string visitor,
-/// so that the YAML reader attaches the field's own path and line to an error.
-fn creation_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
-    struct Time;
-    impl serde::de::Visitor<'_> for Time {
-        type Value = SystemTime;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an RFC 3339 time")
-        }
-        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<SystemTime, E> {
-            crate::units::parse_rfc3339(text).map_err(E::custom)
-        }
-    }
-    struct MaybeTime;
-    impl<'de> serde::de::Visitor<'de> for MaybeTime {
-        type Value = Option<SystemTime>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an RFC 3339 time or null")
-        }
-        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_str(Time).map(Some)
-        }
-    }
-    d.deserialize_option(MaybeTime)
-}
-
-#[derive(Deserialize)]
-struct RawEndpoint {
-    #[serde(default)]
-    addresses: Option<Vec<String>>,
-    #[serde(default)]
-    conditions: Option<RawConditions>,
-}
-
-#[derive(Default, Deserialize)]
-struct RawConditions {
-    ready: Option<bool>,
-    serving: Option<bool>,
-    terminating: Option<bool>,
-}
-
-#[derive(Deserialize)]
-struct RawPort {
-    name: Option<String>,
-    protocol: Option<String>,
-    port: Option<serde_yaml::Value>,
-}
-
 const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
-/// Takes the document by value: deserializing moves out of it instead of copying a
-/// whole tree per slice.
-///
-/// # Errors
-/// The document is an EndpointSlice that does not fit the schema.
-fn accept(
-    value: serde_yaml::Value,
-    inherit: Option<(String, Option<String>)>,
-    index: usize,
-    out: &mut Parsed,
-) -> Result<(), serde_yaml::Error> {
-    let (kind, api) = match inherit {
-        Some((k, a)) => (Some(k), a),
-        None => (str_field(&value, "kind"), str_field(&value, "apiVersion")),
-    };
-    accept_raw(kind, api, || serde_yaml::from_value(value), index, out)
+/// Why a document of this `kind` and `apiVersion` is not ours, or `None` when it is a
+/// `discovery.k8s.io/v1` `EndpointSlice`.
+fn not_ours(kind: Option<&str>, api: Option<&str>) -> Option<String> {
+    if kind != Some("EndpointSlice") {
+        return Some(format!("kind {kind:?} is not EndpointSlice"));
+    }
+    if api != Some("discovery.k8s.io/v1") {
+        return Some(format!("apiVersion {api:?} is not discovery.k8s.io/v1"));
+    }
+    None
 }
 
-/// Checks the type fields, then takes the slice `read` gives (or records why it is
-/// not ours).
-///
-/// # Errors
-/// What `read` failed with: the document is an EndpointSlice that does not fit.
-fn accept_raw<E>(
-    kind: Option<String>,
-    api: Option<String>,
-    read: impl FnOnce() -> Result<RawSlice, E>,
-    index: usize,
-    out: &mut Parsed,
-) -> Result<(), E> {
-    let ignore = |out: &mut Parsed, reason: String| {
-        out.ignored.push(Ignored { index, reason });
-        Ok(())
-    };
-    if kind.as_deref() != Some("EndpointSlice") {
-        return ignore(out, format!("kind {kind:?} is not EndpointSlice"));
-    }
-    if api.as_deref() != Some("discovery.k8s.io/v1") {
-        return ignore(
-            out,
-            format!("apiVersion {api:?} is not discovery.k8s.io/v1"),
-        );
-    }
-    let raw = read()?;
+/// Takes the slice of document `index`, or records why it gives none.
+fn take(raw: RawSlice, index: usize, out: &mut Parsed) {
+    let mut ignore = |reason: String| out.ignored.push(Ignored { index, reason });
     let name = raw.metadata.name.clone().unwrap_or_default();
     let ipv6 = match raw.address_type.as_deref() {
         Some("IPv4") => false,
         Some("IPv6") => true,
         other => {
-            return ignore(
-                out,
-                format!("slice {name:?}: addressType {other:?} is not IPv4 or IPv6"),
-            );
+            return ignore(format!(
+                "slice {name:?}: addressType {other:?} is not IPv4 or IPv6"
+            ));
         }
     };
     let service = raw
@@ -411,18 +282,14 @@ fn accept_raw<E>(
         .and_then(|l| l.get(LABEL_SERVICE_NAME).cloned().flatten())
         .filter(|s| !s.is_empty());
     let Some(service) = service else {
-        return ignore(
-            out,
-            format!("slice {name:?}: no {LABEL_SERVICE_NAME} label"),
-        );
+        return ignore(format!("slice {name:?}: no {LABEL_SERVICE_NAME} label"));
     };
     let ports = raw
         .ports
         .unwrap_or_default()
         .into_iter()
         .filter_map(|p| {
-            let port = p.port.as_ref().and_then(serde_yaml::Value::as_i64)?;
-            let port = u16::try_from(port).ok().filter(|&p| p > 0)?;
+            let port = u16::try_from(p.port.0?).ok().filter(|&p| p > 0)?;
             Some(SlicePort {
                 name: p.name.unwrap_or_default(),
                 protocol: p.protocol.unwrap_or_else(|| "TCP".into()),
@@ -466,7 +333,6 @@ fn accept_raw<E>(
         ports,
         endpoints,
     });
-    Ok(())
 }
 
 /// IPv4-mapped IPv6 addresses as IPv4; everything else as parsed (already canonical).

@@ -244,7 +244,7 @@ fn run(base: &Path) -> ExitCode {
     let (mut yaml_bytes, mut json_bytes) = (0, 0);
     for s in 0..SERVICES {
         let y = slice_yaml(s, None);
-        let value: serde_json::Value = serde_yaml::from_str(&y).expect("generated YAML");
+        let value: serde_json::Value = serde_saphyr::from_str(&y).expect("generated YAML");
         let j = serde_json::to_string_pretty(&value).expect("JSON");
         yaml_bytes += y.len();
         json_bytes += j.len();

@@ -279,3 +279,88 @@ fn a_creation_time_that_is_not_rfc3339_refuses_the_file_with_field_and_line() {
     }
     assert!(parse(WEB_YAML).is_ok() && parse(WEB_JSON).is_ok());
 }
+
+/// In a kubectl `List`, an item that is not ours is skipped unread, however its fields
+/// look; a malformed slice after it is named by its own index and line.
+#[test]
+fn a_list_item_that_is_not_ours_is_skipped_and_a_bad_slice_after_it_is_named() {
+    let service = "- apiVersion: v1\n  kind: Service\n  metadata: [not, a, mapping]\n  ports:\n  - port: http\n  endpoints: nope\n";
+    let slice = WEB_YAML
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect::<String>()
+        .replacen("  ", "- ", 1);
+    let good = format!("apiVersion: v1\nkind: List\nitems:\n{service}{slice}");
+    let parsed = parse(&good).expect("the Service is ignored, not judged");
+    assert_eq!(parsed.slices.len(), 1);
+    assert_eq!(parsed.slices[0].name, "web-1");
+    assert_eq!(parsed.ignored.len(), 1);
+    assert!(
+        parsed.ignored[0].reason.contains("\"Service\""),
+        "{parsed:?}"
+    );
+    // The slice's creation time is on line 15 of the file, its value at column 24.
+    let bad = good.replace("2024-01-01T00:00:00Z", "yesterday");
+    let e = parse(&bad).expect_err("malformed slice").to_string();
+    assert!(
+        e.starts_with("document 0: malformed EndpointSlice: items[1].metadata.creationTimestamp: "),
+        "{e}"
+    );
+    assert!(e.contains("line 15 column 24"), "{e}");
+}
+
+/// Documents are counted as they stand in the file, empty ones too, and lines are the
+/// file's, not the document's.
+#[test]
+fn a_malformed_document_is_named_by_its_place_in_the_stream() {
+    let bad = WEB_YAML.replace("2024-01-01T00:00:00Z", "yesterday");
+    let text = format!("kind: Service\napiVersion: v1\n---\n---\n{bad}");
+    let e = parse(&text).expect_err("malformed").to_string();
+    assert!(
+        e.starts_with("document 2: malformed EndpointSlice: metadata.creationTimestamp: "),
+        "{e}"
+    );
+    assert!(e.contains("at line 10 column 22"), "{e}");
+}
+
+/// `kubectl get endpointslices -A -o yaml` of a large cluster is one document with
+/// hundreds of thousands of nodes, and a directory may hold a stream of thousands of
+/// documents: neither meets a reader's fixed budget.
+#[test]
+fn large_streams_and_lists_are_read_whole() {
+    let stream = (0..1500)
+        .map(|i| WEB_YAML.replace("web-1", &format!("web-{i}")))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    assert_eq!(parse(&stream).expect("1500 documents").slices.len(), 1500);
+    let endpoint =
+        "  - addresses: [\"198.18.0.11\"]\n    conditions: {ready: true, serving: true}\n";
+    let list = format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSliceList\nitems:\n- addressType: IPv4\n  metadata:\n    name: big\n    labels:\n      kubernetes.io/service-name: web\n  ports: [{{port: 80}}]\n  endpoints:\n{}",
+        endpoint.repeat(26_000)
+    );
+    let parsed = parse(&list).expect("one list of 26 000 endpoints (over 250 k nodes)");
+    assert_eq!(parsed.slices[0].endpoints.len(), 26_000);
+}
+
+/// Aliases that expand exponentially (a "billion laughs" document) are refused with an
+/// error instead of being expanded: a hostile file in the slice directory costs lbd a
+/// refused file, not its memory.
+#[test]
+fn alias_bombs_are_refused_not_expanded() {
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..12 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let text = format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\naddressType: IPv4\nmetadata:\n  name: bomb\n  labels:\n    kubernetes.io/service-name: web\n  annotations:\n{}endpoints: []\n",
+        bomb.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    );
+    let result = parse(&text);
+    assert!(result.is_err(), "10^12 expanded nodes accepted: {result:?}");
+}
