@@ -3,7 +3,7 @@
 //! itself ([`lb_control::agent::Agent`]) knows nothing of the kernel; this is where it
 //! meets it.
 
-use std::{ffi::CString, net::IpAddr, path::Path};
+use std::{net::IpAddr, path::Path};
 
 use lb_control::agent::{
     Agent, AgentError, Host, Parts, dsr_backends, global_config, service_specs,
@@ -12,7 +12,8 @@ use lb_dataplane::{
     bpffs,
     kernel::{AttachOutcome, KernelDataplane, LINK_PIN},
     maps::MapSet,
-    neighbour, possible_cpus,
+    neighbour::Neighbours,
+    possible_cpus,
     sysctl::Forwarding,
 };
 use lb_model::{
@@ -30,15 +31,29 @@ pub struct KernelHost {
     ifindex: u32,
     interface: String,
     forwarding: Vec<Forwarding>,
+    /// One rtnetlink socket for the agent's life.
+    neighbours: Neighbours,
 }
 
 impl Host for KernelHost {
-    fn keep_resolved(&mut self, addr: IpAddr) -> Result<(), AgentError> {
-        neighbour::ensure_managed(self.ifindex, addr).map_err(|source| AgentError::Neighbour {
-            addr,
-            interface: self.interface.clone(),
-            source,
-        })
+    fn keep_resolved(&mut self, addrs: &[IpAddr]) -> Result<(), AgentError> {
+        let mut failures = self.neighbours.ensure_managed(self.ifindex, addrs);
+        if failures.len() > 1 {
+            tracing::warn!(
+                interface = %self.interface,
+                failed = failures.len(),
+                of = addrs.len(),
+                "cannot keep some backends' neighbours resolved; the first is reported"
+            );
+        }
+        match failures.drain(..).next() {
+            None => Ok(()),
+            Some((addr, source)) => Err(AgentError::Neighbour {
+                addr,
+                interface: self.interface.clone(),
+                source,
+            }),
+        }
     }
 
     fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
@@ -89,6 +104,7 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
         ifindex,
         interface: interface.clone(),
         forwarding: vec![enable_forwarding("ipv4", &interface)?],
+        neighbours: Neighbours::open().map_err(|source| AgentError::Netlink { source })?,
     };
     let xdp_mode = config.node.xdp_mode;
     let mut agent = Agent::assemble(config, dataplane, host, programmer);
@@ -157,15 +173,8 @@ pub fn shutdown(agent: NodeAgent) -> Result<(), AgentError> {
     made.extend(drained);
     made.sort_unstable();
     made.dedup();
-    for addr in made {
-        if let Err(err) = neighbour::remove(host.ifindex, addr) {
-            tracing::warn!(
-                backend = %addr,
-                error = %err,
-                "cannot remove the backend's neighbour entry, leaving it"
-            );
-        }
-    }
+    let mut neighbours = host.neighbours;
+    remove_neighbours(&mut neighbours, host.ifindex, &made);
     for f in host.forwarding {
         if let Err(err) = f.restore() {
             tracing::warn!(
@@ -204,17 +213,26 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
     backends.sort_unstable();
     backends.dedup();
     if let Ok(index) = ifindex(&config.node.interface) {
-        for addr in backends {
-            if let Err(err) = neighbour::remove(index, addr) {
-                tracing::warn!(
-                    backend = %addr,
-                    error = %err,
-                    "cannot remove the backend's neighbour entry, leaving it"
-                );
-            }
+        match Neighbours::open() {
+            Ok(mut neighbours) => remove_neighbours(&mut neighbours, index, &backends),
+            Err(err) => tracing::warn!(
+                error = %err,
+                "cannot open a netlink socket, leaving the backends' neighbour entries"
+            ),
         }
     }
     Ok(())
+}
+
+/// Removes the neighbour entries of `addrs`, warning for each that stays.
+fn remove_neighbours(neighbours: &mut Neighbours, ifindex: u32, addrs: &[IpAddr]) {
+    for (addr, err) in neighbours.remove(ifindex, addrs) {
+        tracing::warn!(
+            backend = %addr,
+            error = %err,
+            "cannot remove the backend's neighbour entry, leaving it"
+        );
+    }
 }
 
 /// Backends in the lists of the `dsr` and `nat` services of a data plane: those whose
@@ -253,12 +271,13 @@ pub fn ifindex(name: &str) -> Result<u32, AgentError> {
     let missing = || AgentError::NoSuchInterface {
         name: name.to_owned(),
     };
-    let c_name = CString::new(name).map_err(|_| missing())?;
-    // SAFETY: c_name is a valid NUL-terminated string.
-    let index = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
-    if index == 0 {
-        Err(missing())
-    } else {
-        Ok(index)
-    }
+    // SIOCGIFINDEX asks any socket of the namespace; a UDP one costs nothing.
+    let sock = rustix::net::socket_with(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|_| missing())?;
+    rustix::net::netdevice::name_to_index(&sock, name).map_err(|_| missing())
 }

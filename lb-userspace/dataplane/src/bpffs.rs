@@ -1,6 +1,8 @@
 //! Making sure pins land on a bpf filesystem.
 
-use std::{ffi::CString, io, path::Path};
+use std::{io, path::Path};
+
+use rustix::mount::{MountFlags, mount};
 
 /// `BPF_FS_MAGIC` from `linux/magic.h`.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -12,14 +14,7 @@ pub const DEFAULT_MOUNT: &str = "/sys/fs/bpf";
 /// # Errors
 /// `statfs` failed (e.g. the path does not exist).
 pub fn is_bpffs(path: &Path) -> io::Result<bool> {
-    let c = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: an all-zero statfs is a valid out-parameter.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is NUL-terminated, st is writable.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let st = rustix::fs::statfs(path)?;
     Ok(st.f_type as i64 == BPF_FS_MAGIC)
 }
 
@@ -39,23 +34,13 @@ pub fn ensure(pin_dir: &Path) -> io::Result<()> {
     }
     let default = Path::new(DEFAULT_MOUNT);
     if pin_dir.starts_with(default) && default.is_dir() && !is_bpffs(default)? {
-        let src = CString::new("bpffs").map_err(io::Error::other)?;
-        let target = CString::new(DEFAULT_MOUNT).map_err(io::Error::other)?;
-        let fstype = CString::new("bpf").map_err(io::Error::other)?;
-        let opts = CString::new("mode=0700").map_err(io::Error::other)?;
-        // SAFETY: all pointers are valid NUL-terminated strings.
-        let rc = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                0,
-                opts.as_ptr().cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        mount(
+            "bpffs",
+            DEFAULT_MOUNT,
+            "bpf",
+            MountFlags::empty(),
+            c"mode=0700",
+        )?;
         tracing::info!(path = DEFAULT_MOUNT, "mounted a bpf filesystem");
         return Ok(());
     }

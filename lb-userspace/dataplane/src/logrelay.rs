@@ -16,10 +16,7 @@
 //! only `lb_log` writes the ring buffer, so that would be a bug of ours, and it ends
 //! the relay (logged when the data plane drops it), not lbd.
 
-use std::{
-    os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
-    thread::JoinHandle,
-};
+use std::{os::fd::OwnedFd, thread::JoinHandle};
 
 use aya::{
     Ebpf,
@@ -28,6 +25,7 @@ use aya::{
 };
 use aya_log::EbpfLogger;
 use lb_model::dataplane::DataplaneError;
+use rustix::event::{PollFd, PollFlags, poll};
 
 /// The ring buffer a log build writes its records to.
 pub const LOG_MAP: &str = "AYA_LOGS";
@@ -136,42 +134,26 @@ impl Drop for LogRelay {
 
 /// A close-on-exec pipe: (read end, write end).
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: fds has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded, so both are open descriptors nothing else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
 /// Relays records until the write end of `wake` is closed, then once more.
 fn relay(mut logger: EbpfLogger<&'static dyn log::Log>, wake: &OwnedFd) {
     loop {
         let mut fds = [
-            libc::pollfd {
-                fd: logger.as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(&logger, PollFlags::IN),
+            PollFd::new(wake, PollFlags::IN),
         ];
-        // SAFETY: fds is an array of two initialised pollfd structs.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
+        if let Err(err) = poll(&mut fds, None) {
+            if err == rustix::io::Errno::INTR {
                 continue;
             }
             tracing::error!(error = %err, "the BPF log relay stops: poll failed; the data plane runs on without its records");
             return;
         }
+        let woken = !fds[1].revents().is_empty();
         logger.flush();
-        if fds[1].revents != 0 {
+        if woken {
             return;
         }
     }

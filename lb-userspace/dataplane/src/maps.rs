@@ -108,7 +108,7 @@ pub(crate) fn removed(
     match result {
         Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
         Err(aya::maps::MapError::SyscallError(e))
-            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            if e.io_error.raw_os_error() == Some(rustix::io::Errno::NOENT.raw_os_error()) =>
         {
             Ok(())
         }

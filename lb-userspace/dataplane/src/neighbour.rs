@@ -5,12 +5,22 @@
 //! the kernel already has a resolved neighbour entry. A managed entry makes the kernel
 //! resolve the backend's address itself and keep it resolved, with no traffic from us,
 //! so forwarding does not depend on some other process having talked to the backend.
+//!
+//! One socket per [`Neighbours`], kept for the agent's life; requests go out in
+//! batches (one `sendto` per [`BATCH`] entries, not a socket and a round trip per
+//! backend: a cold start of 30 000 backends is some hundred system calls) and every
+//! acknowledgement is matched to its request by sequence number and port id, so a
+//! stale or foreign message is never taken for an answer.
+//!
+//! Hand-written rather than a netlink crate: two message types with two attributes
+//! each, whose bytes the tests pin against iproute2's; the crates that cover rtnetlink
+//! bring an async runtime or a large generated surface for this.
 
-use std::{
-    io,
-    mem::size_of,
-    net::IpAddr,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+use std::{io, net::IpAddr, os::fd::OwnedFd, time::Duration};
+
+use rustix::net::{
+    AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, bind, getsockname,
+    netlink::SocketAddrNetlink, recv, sendto, socket_with, sockopt,
 };
 
 const RTM_NEWNEIGH: u16 = 28;
@@ -26,41 +36,217 @@ const NTF_EXT_LEARNED: u8 = 0x10;
 const NTF_EXT_MANAGED: u32 = 0x1;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
+const ENOENT: i32 = rustix::io::Errno::NOENT.raw_os_error();
 
-/// Asks the kernel to keep `addr` on `ifindex` resolved (idempotent).
-///
-/// # Errors
-/// The kernel's error, e.g. `ENODEV` for a vanished interface or `EPERM` without
-/// `CAP_NET_ADMIN`.
-pub fn ensure_managed(ifindex: u32, addr: IpAddr) -> io::Result<()> {
-    let msg = request(
-        RTM_NEWNEIGH,
-        NLM_F_CREATE | NLM_F_REPLACE,
-        ifindex,
-        addr,
-        Some(NTF_EXT_MANAGED),
-    );
-    transact(&msg)
+/// Requests per `sendto`. Their acknowledgements (36 bytes each, up to ~90 with an
+/// error, which echoes the request) must fit the socket's receive buffer before we
+/// read them: 128 take at most ~12 KiB of the default 208 KiB.
+pub const BATCH: usize = 128;
+
+/// How long to wait for the kernel's acknowledgements of a batch. The kernel answers
+/// neighbour requests synchronously, so this only bounds a broken socket.
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An rtnetlink socket for neighbour requests.
+#[derive(Debug)]
+pub struct Neighbours {
+    sock: OwnedFd,
+    /// The port id the kernel bound us to; its acknowledgements carry it.
+    port: u32,
+    /// The sequence number of the next request.
+    next_seq: u32,
 }
 
-/// Removes an entry made by [`ensure_managed`]; a missing entry is not an error.
-///
-/// # Errors
-/// The kernel's error other than `ENOENT`.
-pub fn remove(ifindex: u32, addr: IpAddr) -> io::Result<()> {
-    match transact(&request(RTM_DELNEIGH, 0, ifindex, addr, None)) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        other => other,
+/// Why one address's request failed.
+pub type Failure = (IpAddr, io::Error);
+
+impl Neighbours {
+    /// Opens and binds an rtnetlink socket.
+    ///
+    /// # Errors
+    /// socket(2), bind(2) or getsockname(2) failed (e.g. `EMFILE`).
+    pub fn open() -> io::Result<Self> {
+        let sock = socket_with(
+            AddressFamily::NETLINK,
+            SocketType::RAW,
+            SocketFlags::CLOEXEC,
+            // NETLINK_ROUTE is protocol 0, the default.
+            None,
+        )?;
+        bind(&sock, &SocketAddrNetlink::new(0, 0))?;
+        let port = SocketAddrNetlink::try_from(getsockname(&sock)?)
+            .map_err(|_| io::Error::other("getsockname of a netlink socket is not netlink"))?
+            .pid();
+        sockopt::set_socket_timeout(&sock, sockopt::Timeout::Recv, Some(ACK_TIMEOUT))?;
+        Ok(Self {
+            sock,
+            port,
+            // Not 0 or 1: a reply to a message sent before this socket existed can
+            // never carry our port, but start away from the usual first numbers anyway.
+            next_seq: 0x1000,
+        })
+    }
+
+    /// Asks the kernel to keep each of `addrs` on `ifindex` resolved (idempotent).
+    /// Returns the addresses whose request failed, with the kernel's error (e.g.
+    /// `ENODEV` for a vanished interface or `EPERM` without `CAP_NET_ADMIN`); a
+    /// transport error is every remaining address's failure.
+    pub fn ensure_managed(&mut self, ifindex: u32, addrs: &[IpAddr]) -> Vec<Failure> {
+        self.each(addrs, |addr| {
+            request(
+                RTM_NEWNEIGH,
+                NLM_F_CREATE | NLM_F_REPLACE,
+                ifindex,
+                addr,
+                Some(NTF_EXT_MANAGED),
+            )
+        })
+    }
+
+    /// Removes entries made by [`Self::ensure_managed`]; a missing entry is not a
+    /// failure.
+    pub fn remove(&mut self, ifindex: u32, addrs: &[IpAddr]) -> Vec<Failure> {
+        let mut failures = self.each(addrs, |addr| request(RTM_DELNEIGH, 0, ifindex, addr, None));
+        failures.retain(|(_, e)| e.raw_os_error() != Some(ENOENT));
+        failures
+    }
+
+    /// Sends `make(addr)` for every address, [`BATCH`] to a datagram, and collects
+    /// the failures.
+    fn each(&mut self, addrs: &[IpAddr], make: impl Fn(IpAddr) -> Vec<u8>) -> Vec<Failure> {
+        let mut failures = Vec::new();
+        for chunk in addrs.chunks(BATCH) {
+            let first = self.next_seq;
+            self.next_seq = self.next_seq.wrapping_add(chunk.len() as u32);
+            let mut buf = Vec::with_capacity(chunk.len() * 56);
+            for (i, &addr) in chunk.iter().enumerate() {
+                let mut msg = make(addr);
+                msg[8..12].copy_from_slice(&first.wrapping_add(i as u32).to_ne_bytes());
+                buf.extend_from_slice(&msg);
+            }
+            match self.transact(&buf, first, chunk.len()) {
+                Ok(codes) => failures.extend(
+                    chunk
+                        .iter()
+                        .zip(codes)
+                        .filter(|(_, code)| *code != 0)
+                        .map(|(&addr, code)| (addr, io::Error::from_raw_os_error(code))),
+                ),
+                Err(e) => failures.extend(chunk.iter().map(|&addr| (addr, copy(&e)))),
+            }
+        }
+        failures
+    }
+
+    /// Sends one batch and reads acknowledgements until each of its `count` requests
+    /// (sequence numbers `first..first + count`) has one. Returns each request's
+    /// error code (0 for success, else a positive errno).
+    fn transact(&mut self, batch: &[u8], first: u32, count: usize) -> io::Result<Vec<i32>> {
+        sendto(
+            &self.sock,
+            batch,
+            SendFlags::empty(),
+            &SocketAddrNetlink::new(0, 0),
+        )?;
+        let mut codes: Vec<Option<i32>> = vec![None; count];
+        let mut left = count;
+        let mut reply = vec![0u8; 64 * 1024];
+        while left > 0 {
+            let (got, _) = recv(&self.sock, &mut reply[..], RecvFlags::empty()).map_err(|e| {
+                if e == rustix::io::Errno::AGAIN {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no netlink acknowledgement within {ACK_TIMEOUT:?}"),
+                    )
+                } else {
+                    e.into()
+                }
+            })?;
+            for ack in acks(&reply[..got])? {
+                if ack.port != self.port {
+                    continue;
+                }
+                // Out of range (`codes` holds exactly this batch's requests):
+                let Some(slot) = codes.get_mut(ack.seq.wrapping_sub(first) as usize) else {
+                    continue; // a late answer to an earlier batch
+                };
+                if slot.replace(ack.code).is_none() {
+                    left -= 1;
+                }
+            }
+        }
+        Ok(codes.into_iter().map(|c| c.unwrap_or(0)).collect())
     }
 }
 
-/// Encodes one neighbour request: nlmsghdr, ndmsg, NDA_DST and optionally NDA_FLAGS_EXT.
+/// One acknowledgement: the request's sequence number, the port it was sent to, and
+/// its error code as a positive errno (0 for success).
+#[derive(Debug, PartialEq, Eq)]
+struct Ack {
+    seq: u32,
+    port: u32,
+    code: i32,
+}
+
+/// The acknowledgements in one datagram. Messages of other types are skipped.
+///
+/// # Errors
+/// `InvalidData` for a message whose length runs past the datagram or is too short to
+/// be a header: the rest of the datagram cannot be framed.
+fn acks(datagram: &[u8]) -> io::Result<Vec<Ack>> {
+    let malformed = |what| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("malformed netlink reply: {what}"),
+        )
+    };
+    let u32_at = |b: &[u8], at: usize| -> u32 {
+        u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    };
+    let mut out = Vec::new();
+    let mut rest = datagram;
+    while !rest.is_empty() {
+        if rest.len() < 16 {
+            return Err(malformed("a header cut short"));
+        }
+        let len = u32_at(rest, 0) as usize;
+        if len < 16 || len > rest.len() {
+            return Err(malformed("a message length past the datagram"));
+        }
+        let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+        if kind == NLMSG_ERROR {
+            if len < 20 {
+                return Err(malformed("an acknowledgement without its error code"));
+            }
+            out.push(Ack {
+                seq: u32_at(rest, 8),
+                port: u32_at(rest, 12),
+                code: (u32_at(rest, 16) as i32).saturating_neg(),
+            });
+        }
+        // Messages are 4-byte aligned.
+        let next = (len + 3) & !3;
+        rest = rest.get(next..).unwrap_or(&[]);
+    }
+    Ok(out)
+}
+
+/// The same error again, for each address of a batch that failed as a whole.
+fn copy(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+/// Encodes one neighbour request: nlmsghdr (sequence 0, set by the batch), ndmsg,
+/// NDA_DST and optionally NDA_FLAGS_EXT.
 fn request(kind: u16, flags: u16, ifindex: u32, addr: IpAddr, ext_flags: Option<u32>) -> Vec<u8> {
     let mut buf = Vec::with_capacity(56);
     buf.extend_from_slice(&0u32.to_ne_bytes()); // length, patched below
     buf.extend_from_slice(&kind.to_ne_bytes());
     buf.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | flags).to_ne_bytes());
-    buf.extend_from_slice(&1u32.to_ne_bytes()); // sequence
+    buf.extend_from_slice(&0u32.to_ne_bytes()); // sequence
     buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel assigns
     // struct ndmsg
     let family = if addr.is_ipv6() { AF_INET6 } else { AF_INET };
@@ -90,74 +276,6 @@ fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
     buf.extend_from_slice(&kind.to_ne_bytes());
     buf.extend_from_slice(payload);
-}
-
-/// Sends one request on a fresh rtnetlink socket and waits for its acknowledgement.
-fn transact(msg: &[u8]) -> io::Result<()> {
-    // SAFETY: plain socket(2) call; the result is checked before use.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh, owned descriptor.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: an all-zero sockaddr_nl is valid; family set below.
-    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    kernel.nl_family = libc::AF_NETLINK as u16;
-    // SAFETY: msg and kernel outlive the call; lengths are theirs.
-    let sent = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            msg.as_ptr().cast(),
-            msg.len(),
-            0,
-            (&raw const kernel).cast(),
-            size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut reply = [0u8; 512];
-    // SAFETY: reply is a writable buffer of the given length.
-    let got = unsafe { libc::recv(sock.as_raw_fd(), reply.as_mut_ptr().cast(), reply.len(), 0) };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    parse_ack(&reply[..got as usize])
-}
-
-/// Reads the `nlmsgerr` that acknowledges a request: error 0 is success.
-fn parse_ack(reply: &[u8]) -> io::Result<()> {
-    let malformed = || io::Error::new(io::ErrorKind::InvalidData, "malformed netlink reply");
-    let kind = u16::from_ne_bytes(
-        reply
-            .get(4..6)
-            .ok_or_else(malformed)?
-            .try_into()
-            .map_err(|_| malformed())?,
-    );
-    if kind != NLMSG_ERROR {
-        return Err(malformed());
-    }
-    let code = i32::from_ne_bytes(
-        reply
-            .get(16..20)
-            .ok_or_else(malformed)?
-            .try_into()
-            .map_err(|_| malformed())?,
-    );
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(-code))
-    }
 }
 
 #[cfg(test)]
@@ -201,16 +319,53 @@ mod tests {
         assert_eq!(msg[47], 0x0b);
     }
 
+    /// An acknowledgement as the kernel writes it: nlmsghdr, then nlmsgerr (the error
+    /// and the request's header), with `extra` bytes of echoed request after it.
+    fn ack(seq: u32, port: u32, errno: i32, extra: usize) -> Vec<u8> {
+        let len = 36 + extra;
+        let mut m = Vec::with_capacity(len);
+        m.extend_from_slice(&(len as u32).to_ne_bytes());
+        m.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        m.extend_from_slice(&0u16.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&port.to_ne_bytes());
+        m.extend_from_slice(&(-errno).to_ne_bytes());
+        m.resize(len, 0);
+        m
+    }
+
     #[test]
-    fn ack_codes() {
-        let mut reply = [0u8; 36];
-        reply[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
-        assert!(parse_ack(&reply).is_ok());
-        reply[16..20].copy_from_slice(&(-libc::ENODEV).to_ne_bytes());
+    fn acknowledgements_are_framed_by_length_and_carry_seq_port_and_errno() {
+        let mut datagram = ack(7, 42, 0, 0);
+        datagram.extend(ack(9, 42, 19, 6)); // ENODEV, echo not a multiple of 4
+        datagram.extend([0, 0]); // its alignment padding
+        datagram.extend(ack(8, 43, 0, 0));
         assert_eq!(
-            parse_ack(&reply).expect_err("ENODEV").raw_os_error(),
-            Some(libc::ENODEV)
+            acks(&datagram).expect("framed"),
+            vec![
+                Ack {
+                    seq: 7,
+                    port: 42,
+                    code: 0
+                },
+                Ack {
+                    seq: 9,
+                    port: 42,
+                    code: 19
+                },
+                Ack {
+                    seq: 8,
+                    port: 43,
+                    code: 0
+                },
+            ]
         );
-        assert!(parse_ack(&reply[..8]).is_err());
+        assert!(acks(&datagram[..8]).is_err(), "a cut header");
+        let mut long = ack(1, 1, 0, 0);
+        long[0] = 200;
+        assert!(acks(&long).is_err(), "a length past the datagram");
+        let mut short = ack(1, 1, 0, 0);
+        short[0] = 4;
+        assert!(acks(&short).is_err(), "a length shorter than a header");
     }
 }

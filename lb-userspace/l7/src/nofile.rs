@@ -27,30 +27,24 @@ pub struct NoFile {
 /// # Errors
 /// `getrlimit`/`setrlimit` failed.
 pub fn raise() -> std::io::Result<NoFile> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let was = lim.rlim_cur;
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: setrlimit reads the struct we own.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        lim = raised;
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    // `None` is RLIM_INFINITY.
+    let value = |v: Option<u64>| v.unwrap_or(u64::MAX);
+    let lim = getrlimit(Resource::Nofile);
+    let (was, hard) = (value(lim.current), value(lim.maximum));
+    if was < hard {
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            },
+        )?;
     }
     Ok(NoFile {
         was,
-        soft: lim.rlim_cur,
-        hard: lim.rlim_max,
+        soft: was.max(hard),
+        hard,
     })
 }
 

@@ -42,12 +42,13 @@ pub use views::{backend_views, service_views, service_views_with};
 /// `lb_userspace::node::KernelHost`; tests use one that does nothing, so that reconciles run without
 /// root.
 pub trait Host {
-    /// Makes the kernel keep `addr`'s neighbour entry resolved on the node's
-    /// interface, so the data plane's FIB lookups find a next hop.
+    /// Makes the kernel keep the neighbour entries of `addrs` resolved on the node's
+    /// interface, so the data plane's FIB lookups find a next hop. Every address is
+    /// tried (one batch, not a round trip each) before a failure is reported.
     ///
     /// # Errors
-    /// [`AgentError::Neighbour`].
-    fn keep_resolved(&mut self, addr: IpAddr) -> Result<(), AgentError>;
+    /// [`AgentError::Neighbour`] for the first address that failed.
+    fn keep_resolved(&mut self, addrs: &[IpAddr]) -> Result<(), AgentError>;
 
     /// Enables IPv6 forwarding on the interface (once; later calls do nothing).
     ///
@@ -62,7 +63,7 @@ pub trait Host {
 pub struct NoHost;
 
 impl Host for NoHost {
-    fn keep_resolved(&mut self, _: IpAddr) -> Result<(), AgentError> {
+    fn keep_resolved(&mut self, _: &[IpAddr]) -> Result<(), AgentError> {
         Ok(())
     }
 
@@ -111,6 +112,13 @@ pub enum AgentError {
         /// The interface.
         interface: String,
         /// The kernel's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The rtnetlink socket for neighbour entries could not be opened.
+    #[error("opening an rtnetlink socket for backend neighbour entries: {source}")]
+    Netlink {
+        /// Why.
         #[source]
         source: std::io::Error,
     },

@@ -3,6 +3,7 @@
 //! outcome), a failed one retried by the next tick, fade-in ramps stepped.
 
 use std::{
+    net::IpAddr,
     sync::Arc,
     time::{Instant, SystemTime},
 };
@@ -132,8 +133,13 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         let Weighted { specs, fading } = weighted;
         let old = dsr_backends(&self.applied);
         let new = dsr_backends(&specs);
-        for &addr in new.iter().filter(|a| old.binary_search(a).is_err()) {
-            self.host.keep_resolved(addr)?;
+        let added: Vec<IpAddr> = new
+            .iter()
+            .filter(|a| old.binary_search(a).is_err())
+            .copied()
+            .collect();
+        if !added.is_empty() {
+            self.host.keep_resolved(&added)?;
         }
         if specs
             .iter()

@@ -4,50 +4,39 @@
 //! descriptor arrives with the first byte of its own text.
 
 use std::{
-    io,
+    io::{self, IoSlice, IoSliceMut},
+    mem::MaybeUninit,
     os::{
-        fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
+        fd::{BorrowedFd, OwnedFd},
         unix::net::UnixStream,
     },
 };
 
-/// Room for the control message of one descriptor (`CMSG_SPACE(sizeof(int))` is 24 on
-/// 64-bit Linux; 64 leaves slack).
-const CONTROL: usize = 64;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
 
 /// Sends `text` with `fd` attached.
 ///
 /// # Errors
 /// `sendmsg` failed or sent part of `text`.
 pub(super) fn send_with_fd(sock: &UnixStream, text: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
-    let mut control = [0u8; CONTROL];
-    let mut iov = libc::iovec {
-        iov_base: text.as_ptr().cast_mut().cast(),
-        iov_len: text.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
-    msg.msg_controllen = space;
-    // SAFETY: msg_control points at `space` <= CONTROL writable bytes, so the first
-    // header and its data fit; CMSG_FIRSTHDR is non-null for a non-empty buffer.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd.as_raw_fd());
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other(
+            "no room for a descriptor's control message",
+        ));
     }
-    // SAFETY: msg is fully initialised and points at live buffers.
-    let sent = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if sent as usize != text.len() {
+    let sent = sendmsg(
+        sock,
+        &[IoSlice::new(text)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent != text.len() {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short sendmsg"));
     }
     Ok(())
@@ -62,47 +51,29 @@ pub(super) fn recv_with_fds(
     sock: &UnixStream,
     buf: &mut [u8],
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut control = [0u8; CONTROL * 4];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control.len();
-    // SAFETY: msg points at live, writable buffers of the sizes it states.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // Room for a few descriptors: one arrives per message, but a peer that sends
+    // more must see them refused as cut off rather than silently lost.
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = recvmsg(
+        sock,
+        &mut [IoSliceMut::new(buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
     let mut fds = Vec::new();
-    // SAFETY: the kernel filled msg_control with msg_controllen bytes of well-formed
-    // control messages; CMSG_FIRSTHDR/CMSG_NXTHDR stay within them.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg);
-                let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
-                for i in 0..len / size_of::<RawFd>() {
-                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
-                    // The descriptor is new in this process and ours alone.
-                    fds.push(OwnedFd::from_raw_fd(fd));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
         }
     }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+    if got.flags.contains(ReturnFlags::CTRUNC) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "descriptors were cut off in transit",
         ));
     }
-    Ok((n as usize, fds))
+    Ok((got.bytes, fds))
 }
 
 #[cfg(test)]

@@ -197,7 +197,9 @@ pub async fn accept_loop(
                 // Out of file descriptors: a connection still without a request gives
                 // one back. Either way the loop waits before the next try: the
                 // connection in the backlog would wake it again at once.
-                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                if rustix::io::Errno::from_io_error(&e)
+                    .is_some_and(|n| n == rustix::io::Errno::MFILE || n == rustix::io::Errno::NFILE)
+                {
                     shared.connections.pending.evict_oldest();
                 }
                 let (wait, log) = backoff.failed_quietly();
