@@ -3,7 +3,8 @@
 //! thread's allocations. A pick runs once per request on every worker; an allocation
 //! there would put the allocator's lock and cache misses on the hot path.
 //!
-//! A binary of its own, so that the counting allocator sees no other test's work.
+//! A binary of its own, so that the counting allocator sees no other test's work; in
+//! `lb-l7`, so a plain `cargo test` on stable runs it as any user.
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -65,9 +66,10 @@ fn picks_allocate_nothing() {
             balance_factor: Some(1.25),
         },
         Algorithm::PowerOfRandomNChoices { n: 2 },
+        Algorithm::PowerOfRandomNChoices { n: 3 },
         Algorithm::LeastConnections,
     ];
-    for n in [1usize, 3, 64, 1000] {
+    for n in [1usize, 3, 8, 64, 1000] {
         for (label, fade, fading) in [
             ("plain", None, false),
             ("fade idle", Some(fade), false),

@@ -194,6 +194,9 @@ lb_l7::check_routes,
         let mut incremental = Discovered::default();
         let mut rng = lb_test_rng::seeded("refreshing_touched_services_equals_rebuilding_all");
         let mut held: Vec<(String, Vec<u8>)> = Vec::new();
+        // Steps that ended with backends: the comparison must have had something to
+        // compare (the last step may legitimately leave none).
+        let mut with_backends = 0;
         for step in 0..2000 {
             let r = rng.next_u64();
             let key = format!("/lb/endpointslices/k{}", r % 12);
@@ -230,7 +233,11 @@ lb_l7::check_routes,
             let change = mirror.apply_tracked(msg);
             incremental.refresh(&change.slices, mirror.slices());
             assert_eq!(incremental, discover(None, Some(&mirror)), "step {step}");
+            with_backends += usize::from(!incremental.backends.is_empty());
         }
-        assert!(!incremental.backends.is_empty());
+        assert!(
+            with_backends >= 500,
+            "only {with_backends} of 2000 steps had backends"
+        );
     }
 }
