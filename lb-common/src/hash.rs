@@ -4,6 +4,11 @@
 //! so both must agree bit for bit: it is a pure function of the 5-tuple and the seed,
 //! with no loops (the verifier sees straight-line code). The mixing steps are those of
 //! MurmurHash3's 32-bit variant, which spreads nearby addresses and ports well.
+//!
+//! Hand-written rather than a hash crate: it must compile for `bpfel-unknown-none`
+//! without `std` or heap, unroll to code the verifier accepts, and never change
+//! between releases or between kernel and userspace (every node of a fleet and every
+//! restart must send a flow to the same slot); a crate's hash promises none of that.
 
 const C1: u32 = 0xcc9e_2d51;
 const C2: u32 = 0x1b87_3593;

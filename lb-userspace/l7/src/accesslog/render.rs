@@ -2,6 +2,12 @@
 //! format plus duration, requested host, flow id and audit) or a JSON object. Nothing
 //! is allocated once the buffer has grown: no maps, no `format!`, the timestamp text
 //! is reused within a second.
+//!
+//! Hand-written rather than through a logging or serialization crate: a line is
+//! written for every request on the proxy's hot path, so it must cost no allocation
+//! (a `tracing` event or `serde_json` value builds its fields first), and its bytes
+//! must be skipper's exactly (nginx-style escaping of quotes and control bytes, `-`
+//! for empty fields), which no crate's format produces.
 
 use std::{io::Write as _, net::IpAddr, time::SystemTime};
 

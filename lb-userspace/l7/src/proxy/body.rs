@@ -19,7 +19,7 @@ use http::{HeaderValue, Method, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::listen::Activity;
+use super::activity::Activity;
 use crate::{
     accesslog::{AccessLog, Entry},
     balance::InFlight,

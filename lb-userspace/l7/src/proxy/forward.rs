@@ -22,7 +22,7 @@ use http::{HeaderValue, Method, Request, Response, Uri, header};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use super::{body::UpBody, handler::ServiceState, headers};
+use super::{body::UpBody, headers, service::ServiceState};
 use crate::{
     balance::{Algorithm, InFlight, Pick},
     routes::{Exchange, KeySource, Pool},
@@ -242,7 +242,7 @@ fn hash_key(
         headers,
         query: ex.query(uri),
         path: ex.path(uri),
-        host: super::handler::host_of(headers, uri),
+        host: headers::host_of(headers, uri),
         method: method.as_str(),
         source,
     })

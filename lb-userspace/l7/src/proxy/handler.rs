@@ -8,42 +8,25 @@ use std::{
     time::{Instant, SystemTime},
 };
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
 
 use super::{
-    Shared,
+    activity::Activity,
     body::{Finish, LogRecord, ProxyBody},
     forward::{Failure, Outgoing, forward},
-    headers,
-    listen::Activity,
-    request, tunnel,
+    headers, request,
+    service::ServiceState,
+    tunnel,
 };
 use crate::{
     accesslog::StatusSet,
-    routes::{Backend, Exchange, Route, RouteTable, Served, filter, predicate::RequestView},
+    routes::{Backend, Exchange, Route, Served, filter, predicate::RequestView},
 };
 use lb_model::throttle::Throttle;
 
-/// A service's live state, shared by its connections.
-#[derive(Debug)]
-pub struct ServiceState {
-    /// Service name.
-    pub name: String,
-    /// Routes; swapped whole on reload.
-    pub routes: ArcSwap<RouteTable>,
-    pub(super) shared: Arc<Shared>,
-    pub(super) stats: super::ServiceStats,
-}
-
 impl ServiceState {
-    /// The service's request counters.
-    pub fn stats(&self) -> &super::ServiceStats {
-        &self.stats
-    }
-
     /// Serves one request; never fails (errors become 4xx/5xx responses).
     pub async fn handle(
         &self,
@@ -283,13 +266,4 @@ fn finished(mut response: Response<Out>, finish: Finish, version: Version) -> Re
         Out::Inline(bytes) => ProxyBody::full(bytes, finish),
         Out::Upstream(incoming) => ProxyBody::upstream(incoming, finish),
     })
-}
-
-/// The Host header, else the URI's authority (HTTP/2).
-pub(super) fn host_of<'a>(headers: &'a http::HeaderMap, uri: &'a Uri) -> &'a str {
-    headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| uri.authority().map(http::uri::Authority::as_str))
-        .unwrap_or("")
 }

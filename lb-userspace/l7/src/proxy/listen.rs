@@ -23,9 +23,9 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use hyper_util::{
@@ -34,83 +34,11 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, sync::watch};
 
-use super::{
-    Shared,
-    handler::ServiceState,
-    pending::{Pending, Ticket},
-};
+use super::{Shared, activity::Activity, pending::Pending, service::ServiceState};
 use lb_model::throttle::{AcceptBackoff, Throttle};
 
 /// How long an HTTP/1 connection must have been idle before a drain closes it.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
-
-/// Requests running on one connection and when the last one ended, for the idle
-/// timeout (a connection with a request in flight is never idle); whether it drains.
-#[derive(Debug)]
-pub struct Activity {
-    active: AtomicU32,
-    /// Milliseconds since `epoch` at the last request end.
-    last: AtomicU64,
-    epoch: Instant,
-    /// A request head has been complete (the connection left [`Pending`]).
-    seen: AtomicBool,
-    /// The connection speaks HTTP/2.
-    h2: AtomicBool,
-    draining: AtomicBool,
-    pending: Option<(Arc<Shared>, Ticket)>,
-}
-
-impl Activity {
-    fn new(pending: Option<(Arc<Shared>, Ticket)>) -> Self {
-        Self {
-            active: AtomicU32::new(0),
-            last: AtomicU64::new(0),
-            epoch: Instant::now(),
-            seen: AtomicBool::new(false),
-            h2: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
-            pending,
-        }
-    }
-
-    /// A request (of `version`) started: its head is complete.
-    pub fn request_started(&self, version: http::Version) {
-        self.active.fetch_add(1, Ordering::Relaxed);
-        if !self.seen.swap(true, Ordering::AcqRel) {
-            if let Some((shared, ticket)) = &self.pending {
-                shared.connections.pending.leave(ticket);
-            }
-            if version == http::Version::HTTP_2 {
-                self.h2.store(true, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Whether the connection drains: responses then close HTTP/1 connections.
-    pub fn draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
-    fn seen_request(&self) -> bool {
-        self.seen.load(Ordering::Acquire)
-    }
-
-    /// A request's response ended (or was abandoned).
-    pub fn request_done(&self) {
-        self.last
-            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-        self.active.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// How long the connection has been idle; `None` while a request runs.
-    fn idle_for(&self) -> Option<Duration> {
-        if self.active.load(Ordering::Relaxed) > 0 {
-            return None;
-        }
-        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
-        Some(self.epoch.elapsed().saturating_sub(last))
-    }
-}
 
 /// Binds `addr` with `IP_FREEBIND`, so the listener can start before the VIP is on an
 /// interface, `SO_REUSEADDR`, so a restarted lbd binds while old connections linger
@@ -305,8 +233,7 @@ async fn serve(
             }
             () = stops.wait(), if !draining => {
                 draining = true;
-                activity.draining.store(true, Ordering::Relaxed);
-                if activity.h2.load(Ordering::Relaxed) {
+                if activity.start_draining() {
                     shut = true;
                     conn.as_mut().graceful_shutdown();
                 } else {
@@ -329,9 +256,7 @@ async fn serve(
             }
         }
     };
-    if let Some((shared, ticket)) = &activity.pending {
-        shared.connections.pending.leave(ticket);
-    }
+    activity.leave_pending();
     if let Err(e) = result {
         note_error(&shared, &named.name, peer, e.as_ref());
     }

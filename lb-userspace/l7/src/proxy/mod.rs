@@ -8,6 +8,7 @@
 //! listeners start and stop, route tables are swapped whole, endpoint sets are
 //! replaced in place — requests in flight keep the table and set they started with.
 
+mod activity;
 mod apply;
 mod body;
 mod forward;
@@ -16,6 +17,7 @@ pub mod headers;
 mod listen;
 mod pending;
 mod request;
+mod service;
 #[cfg(test)]
 mod tests;
 pub use lb_model::config::TrustedProxies;
@@ -35,13 +37,13 @@ use std::{
 pub use apply::ApplyError;
 use apply::{compile, update};
 use arc_swap::ArcSwap;
-pub use handler::ServiceState;
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::TokioExecutor,
 };
 pub use lb_model::config::{L7Config, Limits};
 pub use listen::bind;
+pub use service::ServiceState;
 use tokio::sync::watch;
 
 use super::{

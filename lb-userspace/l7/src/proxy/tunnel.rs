@@ -9,7 +9,7 @@ use http::{Request, Response, Uri, header, request::Parts};
 use hyper::{body::Incoming, upgrade::OnUpgrade};
 use hyper_util::rt::TokioIo;
 
-use super::{body::UpBody, forward::Failure, handler::ServiceState};
+use super::{body::UpBody, forward::Failure, service::ServiceState};
 use crate::{
     balance::{InFlight, Pick},
     routes::Pool,

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::model::DurationText;
+use super::duration_text::DurationText;
 
 /// Fewest entries any flow table may be given: below this a table is a misconfiguration
 /// (and a per-CPU LRU would hold next to nothing per CPU).

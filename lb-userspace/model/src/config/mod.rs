@@ -2,6 +2,7 @@
 //! validated once into typed values. Every error names the file, the line and the field.
 
 mod accesslog;
+mod duration_text;
 mod error;
 mod flows;
 mod l7;

@@ -360,7 +360,9 @@ impl Programmer {
         }
         tracing::debug!(
             service = %spec.name,
-            vip = %crate::explain::vip_text(&spec.key),
+            vip = %super::from_addr16(spec.key.addr),
+            port = u16::from_be(spec.key.port_be),
+            proto = spec.key.proto,
             backends = spec.backends.len(),
             slots = table.len(),
             digest = %format_args!("{digest:016x}"),

@@ -1,0 +1,94 @@
+//! What a connection is doing, shared by its accept loop ([`super::listen`]), its
+//! requests ([`super::handler`]) and their response bodies ([`super::body`]): requests
+//! in flight, when the last one ended, whether it waits for its first head, drains or
+//! speaks HTTP/2.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use super::{Shared, pending::Ticket};
+
+/// Requests running on one connection and when the last one ended, for the idle
+/// timeout (a connection with a request in flight is never idle); whether it drains.
+#[derive(Debug)]
+pub struct Activity {
+    active: AtomicU32,
+    /// Milliseconds since `epoch` at the last request end.
+    last: AtomicU64,
+    epoch: Instant,
+    /// A request head has been complete (the connection left [`Pending`]).
+    seen: AtomicBool,
+    /// The connection speaks HTTP/2.
+    h2: AtomicBool,
+    draining: AtomicBool,
+    pending: Option<(Arc<Shared>, Ticket)>,
+}
+
+impl Activity {
+    pub(super) fn new(pending: Option<(Arc<Shared>, Ticket)>) -> Self {
+        Self {
+            active: AtomicU32::new(0),
+            last: AtomicU64::new(0),
+            epoch: Instant::now(),
+            seen: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            pending,
+        }
+    }
+
+    /// A request (of `version`) started: its head is complete.
+    pub fn request_started(&self, version: http::Version) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        if !self.seen.swap(true, Ordering::AcqRel) {
+            self.leave_pending();
+            if version == http::Version::HTTP_2 {
+                self.h2.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the connection drains: responses then close HTTP/1 connections.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn seen_request(&self) -> bool {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// A request's response ended (or was abandoned).
+    pub fn request_done(&self) {
+        self.last
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.active.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// How long the connection has been idle; `None` while a request runs.
+    pub(super) fn idle_for(&self) -> Option<Duration> {
+        if self.active.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+        Some(self.epoch.elapsed().saturating_sub(last))
+    }
+
+    /// The connection starts draining; returns whether it speaks HTTP/2 (then GOAWAY
+    /// ends it, else the next idle moment does).
+    pub(super) fn start_draining(&self) -> bool {
+        self.draining.store(true, Ordering::Relaxed);
+        self.h2.load(Ordering::Relaxed)
+    }
+
+    /// The connection no longer waits for its first head (idempotent).
+    pub(super) fn leave_pending(&self) {
+        if let Some((shared, ticket)) = &self.pending {
+            shared.connections.pending.leave(ticket);
+        }
+    }
+}
