@@ -24,7 +24,7 @@ mod parse;
 mod stats;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use lb_common::{Counter, ForwardingMode, Sent};
+use lb_common::{Counter, ForwardingMode, Sent, maps::VipInfo};
 use parse::Kind;
 
 /// What happens to a packet and the counter that says why.
@@ -139,6 +139,21 @@ fn steer(ctx: &XdpContext) -> Verdict {
     if pkt.kind == Kind::IcmpError {
         verdict = verdict.forwarded_as(Sent::IcmpError);
     }
+    count_forwarded(ctx, &pkt, vip, &choice, verdict)
+}
+
+/// Counts a forwarded packet for its VIP and backend (and logs a new flow in the log
+/// build); `verdict` is returned as it is.
+#[inline(always)]
+// The packet is read only by the log build's record.
+#[cfg_attr(not(feature = "log"), allow(unused_variables))]
+fn count_forwarded(
+    ctx: &XdpContext,
+    pkt: &parse::Packet,
+    vip: &VipInfo,
+    choice: &lookup::Choice,
+    verdict: Verdict,
+) -> Verdict {
     if verdict.forwarded() {
         let bytes = (ctx.data_end() - ctx.data()) as u64;
         stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
@@ -252,16 +267,7 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
         return verdict;
     }
     let verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
-    if verdict.forwarded() {
-        let bytes = (ctx.data_end() - ctx.data()) as u64;
-        stats::count_forwarded(vip.service_id, choice.backend_id, bytes, choice.new_flow);
-        if_log! {
-            if choice.new_flow {
-                log::new_flow(&pkt.key, choice.backend_id, choice.backend);
-            }
-        }
-    }
-    verdict
+    count_forwarded(ctx, &pkt, vip, &choice, verdict)
 }
 
 /// A packet to the NAT address: translate a reply back and send it to the client.

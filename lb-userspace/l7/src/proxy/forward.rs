@@ -154,25 +154,23 @@ pub(super) async fn forward(
         {
             Ok(Ok(resp)) => return Ok((resp, inflight)),
             Ok(Err(_)) if failed.load(Ordering::Relaxed) => return Err(Failure::ClientBody),
-            Ok(Err(e)) if e.is_connect() => {
-                endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(
-                    service = %state.name,
-                    backend = %endpoint.authority,
-                    error = %e,
-                    "connecting to the backend failed, trying the next"
-                );
-                last = Failure::Unreachable;
-            }
             Ok(Err(e)) => {
                 endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
+                // A failed connect sent nothing, so the next endpoint may be tried;
+                // a request that reached the backend is answered 502.
+                let connect = e.is_connect();
                 tracing::debug!(
                     service = %state.name,
                     backend = %endpoint.authority,
                     error = %e,
-                    "backend request failed, answering 502"
+                    connect,
+                    "backend request failed; {}",
+                    if connect { "trying the next" } else { "answering 502" }
                 );
-                return Err(Failure::Upstream);
+                if !connect {
+                    return Err(Failure::Upstream);
+                }
+                last = Failure::Unreachable;
             }
             Err(_) => {
                 endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
