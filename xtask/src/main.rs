@@ -80,7 +80,20 @@ enum Command {
     },
 }
 
-fn main() -> Result<()> {
+/// Runs the task; a failure is one line (with its causes) and exit status 1. anyhow's
+/// backtrace (printed under `RUST_BACKTRACE=1`, which CI sets) would bury a missing
+/// capability's name under a stack of xtask's own frames.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     let root = workspace_root();
     std::env::set_current_dir(&root).context("entering the workspace root")?;
