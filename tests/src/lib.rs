@@ -40,8 +40,7 @@ pub fn run(program: &str, args: &[&str]) {
 
 /// Whether the process runs as root (the integration tests need it).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Returns from the calling test, saying so on the terminal, unless the process runs
@@ -54,10 +53,13 @@ macro_rules! needs_root {
     () => {
         if !$crate::is_root() {
             use std::io::Write as _;
+            // The calling test's path: a function defined here is named after it.
+            fn here() {}
+            let name = std::any::type_name_of_val(&here);
             let _ = writeln!(
                 std::io::stderr(),
                 "skipped {}: needs root (network namespaces, XDP, bpf(2)); run `sudo cargo xtask test`",
-                module_path!()
+                name.strip_suffix("::here").unwrap_or(name)
             );
             return;
         }
