@@ -145,8 +145,13 @@ fn steer(ctx: &XdpContext) -> Verdict {
 /// Counts a forwarded packet for its VIP and backend (and logs a new flow in the log
 /// build); `verdict` is returned as it is.
 #[inline(always)]
-// The packet is read only by the log build's record.
-#[cfg_attr(not(feature = "log"), allow(unused_variables))]
+#[cfg_attr(
+    not(feature = "log"),
+    expect(
+        unused_variables,
+        reason = "the packet is read only by the log build's record"
+    )
+)]
 fn count_forwarded(
     ctx: &XdpContext,
     pkt: &parse::Packet,
