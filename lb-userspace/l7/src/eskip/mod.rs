@@ -27,6 +27,8 @@ mod lexer;
 mod parser;
 mod print;
 #[cfg(test)]
+mod skipper_cases;
+#[cfg(test)]
 mod tests;
 
 /// A position in the route text, both 1-based.
