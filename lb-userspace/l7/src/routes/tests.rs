@@ -432,3 +432,39 @@ fn times_and_durations_out_of_range_are_route_errors() {
         );
     }
 }
+
+/// A text with a syntax error and routes that do not compile reports all of them, in
+/// text order, one a line: the routes around a syntax error are compiled too.
+#[test]
+fn syntax_and_route_errors_are_reported_together() {
+    let text = "a: * -> nosuch() -> <shunt>;\n\
+                b: * -> status( -> <shunt>;\n\
+                c: Nope() && Weight(\"x\") -> <shunt>;\n\
+                a: * -> <shunt>;";
+    let e = parse(text).expect_err("refused");
+    let at: Vec<(usize, usize)> = e
+        .problems()
+        .iter()
+        .map(|p| (p.pos().line, p.pos().column))
+        .collect();
+    assert_eq!(at, [(1, 9), (2, 17), (3, 4), (3, 14), (4, 1)], "{e}");
+    assert!(matches!(e.problems()[1], RouteProblem::Syntax(_)), "{e}");
+    assert_eq!(e.to_string().lines().count(), 5, "{e}");
+    assert!(
+        e.to_string().ends_with("route a: duplicate route id"),
+        "{e}"
+    );
+}
+
+/// The one route of a text without ids is named `""` in errors, as skipper names it.
+#[test]
+fn the_route_without_an_id_is_named_as_skipper_names_it() {
+    let e = parse("* -> nosuch() -> <shunt>").expect_err("refused");
+    assert!(e.to_string().contains("route \"\": nosuch"), "{e}");
+    let t = table("* -> inlineContent(\"hi\") -> <shunt>");
+    assert_eq!(t.routes()[0].id, "");
+    assert_eq!(
+        t.routes()[0].source,
+        "* -> inlineContent(\"hi\") -> <shunt>"
+    );
+}
