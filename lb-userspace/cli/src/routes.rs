@@ -73,7 +73,14 @@ pub fn run(ctx: &Context, args: &Args) -> Outcome {
         previous: None,
         now,
     };
-    let table = RouteTable::parse(&text, &cx).map_err(|e| format!("{file}: {e}"))?;
+    let table = RouteTable::parse(&text, &cx).map_err(|e| {
+        let lines: Vec<String> = e
+            .problems()
+            .iter()
+            .map(|p| format!("{file}: {p}"))
+            .collect();
+        lines.join("\n")
+    })?;
     let Some(target) = &args.path else {
         let listing = Listing {
             file: file.clone(),

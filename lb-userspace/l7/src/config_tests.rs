@@ -34,7 +34,9 @@ fn inline_route_errors_name_service_field_line_and_column() {
     config::parse(L7, "lbd.toml", check_routes).expect("valid");
     let e = err(&L7.replace("<shunt>;\n  all", "<shunt>\n  all"));
     assert!(
-        e.contains("service[0] (site).routes: line 2, column 3: expected `;` after the backend, found `all`"),
+        e.contains(
+            "service[0] (site).routes: line 2, column 3: expected `;` between routes, found `all`"
+        ),
         "{e}"
     );
     let e = err(&L7.replace("inlineContent(\"hi\")", "inlineContnt(\"hi\")"));

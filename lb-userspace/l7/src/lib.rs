@@ -23,7 +23,7 @@ pub mod stats;
 /// `routes_file`, or from etcd).
 ///
 /// # Errors
-/// The first syntax or route error, with line and column.
+/// Every syntax and route error, one a line, each with line and column.
 pub fn check_routes(text: &str) -> Result<(), String> {
     let registry = balance::Registry::default();
     let cx = routes::Context {

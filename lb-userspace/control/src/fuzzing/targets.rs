@@ -113,17 +113,16 @@ pub fn eskip(data: &[u8]) {
     let table = match RouteTable::parse(text, &cx) {
         Ok(table) => table,
         Err(e) => {
-            // An error points into the text: a line it has (or the one after the
+            // Every error points into the text: a line it has (or the one after the
             // last, for an unexpected end), a column from 1.
-            let pos = match &e {
-                routes::RoutesError::Parse(p) => p.pos,
-                routes::RoutesError::Route(r) => r.pos,
-            };
             let lines = text.split('\n').count();
-            assert!(
-                (1..=lines + 1).contains(&pos.line) && pos.column >= 1,
-                "{e} is outside the text"
-            );
+            for p in e.problems() {
+                let pos = p.pos();
+                assert!(
+                    (1..=lines + 1).contains(&pos.line) && pos.column >= 1,
+                    "{p} is outside the text"
+                );
+            }
             return;
         }
     };

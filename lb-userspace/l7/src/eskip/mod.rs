@@ -1,19 +1,35 @@
-//! The eskip route syntax (skipper's), the subset in `shared/L7-SPEC.md`:
+//! The eskip route syntax, exactly as skipper reads it (`eskip/lexer.go`,
+//! `eskip/parser.y`, `eskip/eskip.go`; the subset of backends in
+//! `shared/L7-SPEC.md`):
 //!
 //! ```text
 //! // a comment
 //! id: Pred1("a") && Pred2(/re/) -> filter1(1) -> filter2() -> BACKEND;
 //! ```
 //!
-//! This module only parses: names and argument counts are checked when the routes are
-//! compiled ([`crate::routes`]), where an unknown predicate or filter is an error
-//! with its position too. Every error names the line and column and what was expected.
+//! `;` separates routes (one after the last is optional), and a text may be a single
+//! route without an id, whose id is then empty, as in skipper. [`lexer`] has the token
+//! rules, [`parser`] the grammar and its error recovery, [`checks`] what skipper
+//! checks while parsing (duplicate `Path`, `Method` and `Header`, the built-in
+//! predicates' arguments, mixed protocols in a load-balanced backend), and `print`
+//! writes routes back as eskip.
+//!
+//! Every error in a text is reported, each with its line, column and what was
+//! expected. Names of predicates and filters are checked when the routes are compiled
+//! ([`crate::routes`]), where an unknown one is an error with its position too.
+//!
+//! Where we differ from skipper: `<algorithm>` without URLs is a backend (the
+//! service's own endpoints; skipper wants at least one URL), and `<loopback>`,
+//! `<dynamic>` and `<forward>` are refused as not supported.
 
+mod checks;
 mod lexer;
+mod parser;
+mod print;
+#[cfg(test)]
+mod skipper_cases;
 #[cfg(test)]
 mod tests;
-
-use lexer::Token;
 
 /// A position in the route text, both 1-based.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,9 +105,9 @@ pub enum Backend {
 /// One parsed route.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Route {
-    /// The route id.
+    /// The route id; empty for the one route of a text that has no id.
     pub id: String,
-    /// Predicates; empty for `*`.
+    /// Predicates, without `*` and `Any()` (which match anything); empty for `*`.
     pub predicates: Vec<Call>,
     /// Filters in order.
     pub filters: Vec<Call>,
@@ -103,293 +119,72 @@ pub struct Route {
     pub pos: Pos,
 }
 
+/// Every syntax error of a route text, in text order; never empty. Displayed one
+/// error a line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseErrors(Vec<ParseError>);
+
+impl ParseErrors {
+    /// The errors, in text order.
+    pub fn errors(&self) -> &[ParseError] {
+        &self.0
+    }
+
+    /// The first error.
+    pub fn first(&self) -> &ParseError {
+        &self.0[0]
+    }
+}
+
+impl std::fmt::Display for ParseErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            e.fmt(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseErrors {}
+
+/// What a route text holds: the routes that parsed and passed skipper's checks, and
+/// the errors of the rest.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Parsed {
+    /// The good routes, in text order.
+    pub routes: Vec<Route>,
+    /// Every error, in text order; a route with one is not in `routes`.
+    pub errors: Vec<ParseError>,
+}
+
 /// Parses a whole route document.
 ///
 /// # Errors
-/// The first syntax error, with its position.
-pub fn parse(text: &str) -> Result<Vec<Route>, ParseError> {
-    let tokens = lexer::tokens(text)?;
-    let mut p = Parser { tokens, at: 0 };
-    let mut routes = Vec::new();
-    while p.peek() != &Token::Eof {
-        routes.push(p.route()?);
-    }
-    Ok(routes)
-}
-
-struct Parser {
-    tokens: Vec<(Token, Pos)>,
-    at: usize,
-}
-
-impl Parser {
-    fn peek(&self) -> &Token {
-        &self.tokens[self.at.min(self.tokens.len() - 1)].0
-    }
-
-    fn pos(&self) -> Pos {
-        self.tokens[self.at.min(self.tokens.len() - 1)].1
-    }
-
-    fn next(&mut self) -> (Token, Pos) {
-        let t = self.tokens[self.at.min(self.tokens.len() - 1)].clone();
-        self.at += 1;
-        t
-    }
-
-    fn fail<T>(&self, expected: &str) -> Result<T, ParseError> {
-        Err(ParseError::at(self.pos(), expected, self.peek().describe()))
-    }
-
-    fn expect(&mut self, want: &Token, expected: &str) -> Result<(), ParseError> {
-        if self.peek() == want {
-            self.at += 1;
-            Ok(())
-        } else {
-            self.fail(expected)
-        }
-    }
-
-    fn route(&mut self) -> Result<Route, ParseError> {
-        let pos = self.pos();
-        let Token::Ident(id) = self.peek().clone() else {
-            return self.fail("a route id");
-        };
-        self.at += 1;
-        self.expect(&Token::Colon, "`:` after the route id")?;
-        let mut predicates = Vec::new();
-        if self.peek() == &Token::Star {
-            self.at += 1;
-        } else {
-            predicates.push(self.call("a predicate or `*`")?);
-            while self.peek() == &Token::And {
-                self.at += 1;
-                predicates.push(self.call("a predicate after `&&`")?);
-            }
-        }
-        self.expect(&Token::Arrow, "`&&` or `->`")?;
-        let mut filters = Vec::new();
-        loop {
-            let backend_pos = self.pos();
-            match self.peek().clone() {
-                Token::Ident(_) => {
-                    filters.push(self.call("a filter")?);
-                    self.expect(&Token::Arrow, "`->` after a filter")?;
-                }
-                Token::Str(url) => {
-                    self.at += 1;
-                    return self.end(
-                        id,
-                        predicates,
-                        filters,
-                        Backend::Network(url),
-                        backend_pos,
-                        pos,
-                    );
-                }
-                Token::Lt => {
-                    let backend = self.angle()?;
-                    return self.end(id, predicates, filters, backend, backend_pos, pos);
-                }
-                _ => return self.fail("a filter or a backend (\"http://…\", <shunt>, <…>)"),
-            }
-        }
-    }
-
-    fn end(
-        &mut self,
-        id: String,
-        predicates: Vec<Call>,
-        filters: Vec<Call>,
-        backend: Backend,
-        backend_pos: Pos,
-        pos: Pos,
-    ) -> Result<Route, ParseError> {
-        self.expect(&Token::Semicolon, "`;` after the backend")?;
-        Ok(Route {
-            id,
-            predicates,
-            filters,
-            backend,
-            backend_pos,
-            pos,
-        })
-    }
-
-    /// `<shunt>`, `<algorithm, "url", …>`, `<"url", …>`, `<algorithm>`.
-    fn angle(&mut self) -> Result<Backend, ParseError> {
-        self.at += 1;
-        let mut algorithm = None;
-        let mut endpoints = Vec::new();
-        match self.next() {
-            (Token::Ident(name), pos) => {
-                if name == "shunt" {
-                    self.expect(&Token::Gt, "`>` after shunt")?;
-                    return Ok(Backend::Shunt);
-                }
-                if name == "loopback" || name == "dynamic" {
-                    return Err(ParseError::at(
-                        pos,
-                        "<shunt> or a load-balanced backend",
-                        format!("<{name}> (not supported)"),
-                    ));
-                }
-                algorithm = Some(name);
-            }
-            (Token::Str(url), _) => endpoints.push(url),
-            (t, pos) => {
-                return Err(ParseError::at(
-                    pos,
-                    "`shunt`, an algorithm or an endpoint URL",
-                    t.describe(),
-                ));
-            }
-        }
-        loop {
-            match self.next() {
-                (Token::Gt, _) => {
-                    return Ok(Backend::LoadBalanced {
-                        algorithm,
-                        endpoints,
-                    });
-                }
-                (Token::Comma, _) => match self.next() {
-                    (Token::Str(url), _) => endpoints.push(url),
-                    (t, pos) => {
-                        return Err(ParseError::at(pos, "an endpoint URL string", t.describe()));
-                    }
-                },
-                (t, pos) => return Err(ParseError::at(pos, "`,` or `>`", t.describe())),
-            }
-        }
-    }
-
-    fn call(&mut self, what: &str) -> Result<Call, ParseError> {
-        let pos = self.pos();
-        let Token::Ident(name) = self.peek().clone() else {
-            return self.fail(what);
-        };
-        self.at += 1;
-        self.expect(&Token::Open, &format!("`(` after {name}"))?;
-        let mut args = Vec::new();
-        if self.peek() == &Token::Close {
-            self.at += 1;
-            return Ok(Call { name, args, pos });
-        }
-        loop {
-            let arg = match self.next() {
-                (Token::Str(s), _) => Arg::Str(s),
-                (Token::Regex(r), _) => Arg::Regex(r),
-                (Token::Num(n), _) => Arg::Num(n),
-                (t, pos) => {
-                    return Err(ParseError::at(
-                        pos,
-                        "an argument (string, /regexp/ or number)",
-                        t.describe(),
-                    ));
-                }
-            };
-            args.push(arg);
-            match self.next() {
-                (Token::Comma, _) => {}
-                (Token::Close, _) => return Ok(Call { name, args, pos }),
-                (t, pos) => return Err(ParseError::at(pos, "`,` or `)`", t.describe())),
-            }
-        }
+/// Every syntax error and every failed parse-time check, each with its position.
+pub fn parse(text: &str) -> Result<Vec<Route>, ParseErrors> {
+    let Parsed { routes, errors } = parse_all(text);
+    if errors.is_empty() {
+        Ok(routes)
+    } else {
+        Err(ParseErrors(errors))
     }
 }
 
-/// A string as an eskip literal that the lexer reads back as exactly that string: `"`
-/// and `\` escaped, line feed, tab and carriage return as `\n`, `\t` and `\r`, every
-/// other character as itself (the lexer knows no other escape, so Rust's `{:?}`
-/// escapes such as `\u{..}` or `\0` would read back as different text).
-struct Quoted<'a>(&'a str);
-
-impl std::fmt::Display for Quoted<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use std::fmt::Write as _;
-        f.write_char('"')?;
-        for c in self.0.chars() {
-            match c {
-                '"' => f.write_str("\\\"")?,
-                '\\' => f.write_str("\\\\")?,
-                '\n' => f.write_str("\\n")?,
-                '\t' => f.write_str("\\t")?,
-                '\r' => f.write_str("\\r")?,
-                c => f.write_char(c)?,
-            }
-        }
-        f.write_char('"')
-    }
-}
-
-impl std::fmt::Display for Arg {
-    /// The argument as eskip writes it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Arg::Str(s) => Quoted(s).fmt(f),
-            Arg::Regex(r) => write!(f, "/{}/", r.replace('/', "\\/")),
-            Arg::Num(n) => write!(f, "{n}"),
+/// Parses a whole route document and keeps going past errors: the routes that are
+/// good are returned beside the errors, so a caller can check them further and report
+/// those problems too.
+pub fn parse_all(text: &str) -> Parsed {
+    let (parsed, mut errors) = parser::document(text);
+    let mut routes = Vec::with_capacity(parsed.len());
+    for r in parsed {
+        match checks::route(r) {
+            Ok(r) => routes.push(r),
+            Err(e) => errors.extend(e),
         }
     }
-}
-
-impl std::fmt::Display for Call {
-    /// `Name(arg, …)`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}(", self.name)?;
-        for (i, a) in self.args.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{a}")?;
-        }
-        f.write_str(")")
-    }
-}
-
-impl std::fmt::Display for Backend {
-    /// The backend as eskip writes it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Backend::Network(url) => Quoted(url).fmt(f),
-            Backend::Shunt => f.write_str("<shunt>"),
-            Backend::LoadBalanced {
-                algorithm,
-                endpoints,
-            } => {
-                f.write_str("<")?;
-                if let Some(a) = algorithm {
-                    f.write_str(a)?;
-                }
-                for (i, e) in endpoints.iter().enumerate() {
-                    if i > 0 || algorithm.is_some() {
-                        f.write_str(", ")?;
-                    }
-                    Quoted(e).fmt(f)?;
-                }
-                f.write_str(">")
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Route {
-    /// The route in canonical eskip form, one line.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: ", self.id)?;
-        if self.predicates.is_empty() {
-            f.write_str("*")?;
-        }
-        for (i, p) in self.predicates.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" && ")?;
-            }
-            write!(f, "{p}")?;
-        }
-        for filter in &self.filters {
-            write!(f, " -> {filter}")?;
-        }
-        write!(f, " -> {};", self.backend)
-    }
+    errors.sort_by_key(|e| (e.pos.line, e.pos.column));
+    Parsed { routes, errors }
 }

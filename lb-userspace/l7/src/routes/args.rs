@@ -37,9 +37,11 @@ impl<'a> Args<'a> {
         self.call.args.len()
     }
 
+    /// A string argument: `"text"`, or `/text/` (skipper keeps a regexp literal as a
+    /// plain string, so `Path(/a/)` is `Path("a")` there).
     pub fn str(&self, i: usize) -> Result<&'a str, RouteError> {
         match &self.call.args[i] {
-            Arg::Str(s) => Ok(s),
+            Arg::Str(s) | Arg::Regex(s) => Ok(s),
             other => Err(self.fail(format!(
                 "argument {} must be a string, not {}",
                 i + 1,

@@ -12,6 +12,7 @@
 //! `Weight(n)` adds `n`; the file order breaks the remaining ties.
 
 mod args;
+mod error;
 pub mod filter;
 pub mod key;
 pub mod path;
@@ -24,6 +25,7 @@ use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
 use arc_swap::ArcSwap;
 use args::Args;
+pub use error::{RouteError, RouteProblem, RoutesError};
 pub use filter::{Exchange, Filter, Served};
 pub use key::{KeySource, KeyTemplate};
 use predicate::{PathMatch, Predicate, RequestView};
@@ -31,32 +33,9 @@ use predicate::{PathMatch, Predicate, RequestView};
 use super::{
     accesslog::StatusSet,
     balance::{Algorithm, Balancer, EndpointSet, EndpointSpec, Registry},
-    eskip::{self, Pos},
+    eskip,
 };
 use lb_model::fadein::FadeIn;
-
-/// A route that does not compile.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("line {}, column {}: route {route}: {message}", pos.line, pos.column)]
-pub struct RouteError {
-    /// Where.
-    pub pos: Pos,
-    /// The route's id.
-    pub route: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-/// Why route text was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RoutesError {
-    /// A syntax error.
-    #[error(transparent)]
-    Parse(#[from] eskip::ParseError),
-    /// A route that parsed but is wrong.
-    #[error(transparent)]
-    Route(#[from] RouteError),
-}
 
 /// Where a route's requests go.
 #[derive(Debug)]
@@ -144,28 +123,43 @@ impl RouteTable {
     /// Parses and compiles route text.
     ///
     /// # Errors
-    /// The first syntax or route error.
+    /// Every syntax error, and every error of the routes that parsed: the routes
+    /// around a syntax error are compiled too, so all problems are found at once.
     pub fn parse(text: &str, cx: &Context<'_>) -> Result<Self, RoutesError> {
-        let parsed = eskip::parse(text)?;
-        Ok(Self::compile(&parsed, cx)?)
+        let parsed = eskip::parse_all(text);
+        let mut problems: Vec<RouteProblem> = parsed.errors.into_iter().map(Into::into).collect();
+        match Self::compile(&parsed.routes, cx) {
+            Ok(table) if problems.is_empty() => return Ok(table),
+            Ok(_) => {}
+            Err(errors) => problems.extend(errors.into_iter().map(Into::into)),
+        }
+        Err(RoutesError::new(problems).expect("a problem was found"))
     }
 
     /// Compiles parsed routes.
     ///
     /// # Errors
-    /// The first route that is wrong; duplicate ids too.
-    pub fn compile(parsed: &[eskip::Route], cx: &Context<'_>) -> Result<Self, RouteError> {
+    /// Every route error (a route's first problem of each predicate, filter and
+    /// backend), duplicate ids too, in route order.
+    pub fn compile(parsed: &[eskip::Route], cx: &Context<'_>) -> Result<Self, Vec<RouteError>> {
         let mut routes = Vec::with_capacity(parsed.len());
+        let mut errors = Vec::new();
         let mut ids = std::collections::HashSet::new();
         for (index, r) in parsed.iter().enumerate() {
             if !ids.insert(r.id.as_str()) {
-                return Err(RouteError {
+                errors.push(RouteError {
                     pos: r.pos,
                     route: r.id.clone(),
                     message: "duplicate route id".into(),
                 });
             }
-            routes.push(compile_route(r, index, cx)?);
+            match compile_route(r, index, cx) {
+                Ok(route) => routes.push(route),
+                Err(e) => errors.extend(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         routes.sort_by(|a, b| {
             let (ka, kb) = (a.order, b.order);
@@ -274,72 +268,41 @@ struct Settings {
     balance_factor: Option<f64>,
 }
 
-fn compile_route(r: &eskip::Route, index: usize, cx: &Context<'_>) -> Result<Route, RouteError> {
+fn compile_route(
+    r: &eskip::Route,
+    index: usize,
+    cx: &Context<'_>,
+) -> Result<Route, Vec<RouteError>> {
+    let mut errors = Vec::new();
     let mut path = None;
     let mut predicates = Vec::new();
     let mut weight = 0.0;
     for call in &r.predicates {
         let a = Args { call, route: &r.id };
-        let pred = match call.name.as_str() {
-            "Path" | "PathSubtree" => {
-                a.count(1, 1, "one path")?;
-                if path.is_some() {
-                    return Err(a.fail("a route takes one Path or PathSubtree"));
-                }
-                let text = a.str(0)?;
-                let m = if call.name == "Path" { PathMatch::pattern(text) } else { PathMatch::subtree(text) };
-                path = Some(m.map_err(|e| a.fail(e))?);
-                continue;
-            }
-            "PathRegexp" => {
-                a.count(1, 1, "one regexp")?;
-                Predicate::PathRegexp(a.regex(0)?)
-            }
-            "Host" => {
-                a.count(1, 1, "one regexp")?;
-                Predicate::Host(a.regex(0)?)
-            }
-            "Method" | "Methods" => {
-                a.count(1, usize::MAX, "one or more methods")?;
-                let mut methods = Vec::new();
-                for i in 0..a.len() {
-                    let m = a.str(i)?;
-                    methods.push(http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| a.fail(format!("{m:?} is not a method")))?);
-                }
-                if call.name == "Method" && methods.len() != 1 {
-                    return Err(a.fail("takes one method (use Methods for several)"));
-                }
-                Predicate::Methods(methods)
-            }
-            "Header" => {
-                a.count(2, 2, "a name and a value")?;
-                Predicate::Header(a.header_name(0)?, a.str(1)?.to_owned())
-            }
-            "HeaderRegexp" => {
-                a.count(2, 2, "a name and a regexp")?;
-                Predicate::HeaderRegexp(a.header_name(0)?, a.regex(1)?)
-            }
-            "Weight" => {
-                a.count(1, 1, "one number")?;
-                weight += a.num(0)?;
-                continue;
-            }
-            "True" | "False" => {
-                a.count(0, 0, "no arguments")?;
-                Predicate::Const(call.name == "True")
-            }
-            other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False)"))),
-        };
-        predicates.push(pred);
+        match compile_predicate(&a, &mut path, &mut weight) {
+            Ok(Some(p)) => predicates.push(p),
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
     }
     let mut filters = Vec::new();
     let mut settings = Settings::default();
     for call in &r.filters {
-        if let Some(f) = compile_filter(&Args { call, route: &r.id }, &mut settings)? {
-            filters.push(f);
+        match compile_filter(&Args { call, route: &r.id }, &mut settings) {
+            Ok(Some(f)) => filters.push(f),
+            Ok(None) => {}
+            Err(e) => errors.push(e),
         }
     }
-    let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx)?;
+    let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx);
+    let backend = match backend {
+        Ok(b) if errors.is_empty() => b,
+        Ok(_) => return Err(errors),
+        Err(e) => {
+            errors.push(e);
+            return Err(errors);
+        }
+    };
     let (class, literal) = path.as_ref().map_or((0, 0), PathMatch::specificity);
     let count = predicates.len() + usize::from(path.is_some());
     Ok(Route {
@@ -353,6 +316,65 @@ fn compile_route(r: &eskip::Route, index: usize, cx: &Context<'_>) -> Result<Rou
         source: r.to_string(),
         order: (class, literal, count as f64 + weight, index),
     })
+}
+
+/// A predicate that matches, or `None` for one the route keeps elsewhere (its path,
+/// its weight).
+fn compile_predicate(
+    a: &Args<'_>,
+    path: &mut Option<PathMatch>,
+    weight: &mut f64,
+) -> Result<Option<Predicate>, RouteError> {
+    Ok(Some(match a.call.name.as_str() {
+        "Path" | "PathSubtree" => {
+            a.count(1, 1, "one path")?;
+            if path.is_some() {
+                return Err(a.fail("a route takes one Path or PathSubtree"));
+            }
+            let text = a.str(0)?;
+            let m = if a.call.name == "Path" { PathMatch::pattern(text) } else { PathMatch::subtree(text) };
+            *path = Some(m.map_err(|e| a.fail(e))?);
+            return Ok(None);
+        }
+        "PathRegexp" => {
+            a.count(1, 1, "one regexp")?;
+            Predicate::PathRegexp(a.regex(0)?)
+        }
+        "Host" => {
+            a.count(1, 1, "one regexp")?;
+            Predicate::Host(a.regex(0)?)
+        }
+        "Method" | "Methods" => {
+            a.count(1, usize::MAX, "one or more methods")?;
+            let mut methods = Vec::new();
+            for i in 0..a.len() {
+                let m = a.str(i)?;
+                methods.push(http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| a.fail(format!("{m:?} is not a method")))?);
+            }
+            if a.call.name == "Method" && methods.len() != 1 {
+                return Err(a.fail("takes one method (use Methods for several)"));
+            }
+            Predicate::Methods(methods)
+        }
+        "Header" => {
+            a.count(2, 2, "a name and a value")?;
+            Predicate::Header(a.header_name(0)?, a.str(1)?.to_owned())
+        }
+        "HeaderRegexp" => {
+            a.count(2, 2, "a name and a regexp")?;
+            Predicate::HeaderRegexp(a.header_name(0)?, a.regex(1)?)
+        }
+        "Weight" => {
+            a.count(1, 1, "one number")?;
+            *weight += a.num(0)?;
+            return Ok(None);
+        }
+        "True" | "False" => {
+            a.count(0, 0, "no arguments")?;
+            Predicate::Const(a.call.name == "True")
+        }
+        other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False)"))),
+    }))
 }
 
 /// A filter that acts per request, or `None` for one that configures the route.

@@ -366,6 +366,10 @@ fn times_and_durations_out_of_range_are_route_errors() {
     };
     let fade =
         |arg: &str| format!("r: * -> fadeIn({arg}) -> <roundRobin, \"http://198.18.0.2:80\">;");
+    // Eskip numbers have no exponent (skipper's lexer), so 1e23 and 1e999 are
+    // written out; 1e999 is infinite as an f64, as Go's ParseFloat makes it.
+    let e23 = format!("1{}", "0".repeat(23));
+    let e999 = format!("1{}", "0".repeat(999));
     let cases = [
         (
             created("\"2024-01-01T00:00:00+0\u{e9}00\""),
@@ -380,19 +384,19 @@ fn times_and_durations_out_of_range_are_route_errors() {
             "is not an RFC 3339 time",
         ),
         (
-            created("1e23"),
+            created(&e23),
             "endpointCreated: 100000000000000000000000 is not a time in Unix seconds",
         ),
         (
             created("18446744073709551615"),
             "is not a time in Unix seconds",
         ),
-        (created("1e999"), "is not a time in Unix seconds"),
+        (created(&e999), "is not a time in Unix seconds"),
         (
             fade("99999999999999999999999999"),
             "fadeIn: 100000000000000000000000000 ms is out of range",
         ),
-        (fade("1e999"), "out of range"),
+        (fade(&e999), "out of range"),
         (
             fade("\"99999999999999999999999s\""),
             "fadeIn: \"99999999999999999999999s\" is out of range",
@@ -427,4 +431,40 @@ fn times_and_durations_out_of_range_are_route_errors() {
             "{arg}"
         );
     }
+}
+
+/// A text with a syntax error and routes that do not compile reports all of them, in
+/// text order, one a line: the routes around a syntax error are compiled too.
+#[test]
+fn syntax_and_route_errors_are_reported_together() {
+    let text = "a: * -> nosuch() -> <shunt>;\n\
+                b: * -> status( -> <shunt>;\n\
+                c: Nope() && Weight(\"x\") -> <shunt>;\n\
+                a: * -> <shunt>;";
+    let e = parse(text).expect_err("refused");
+    let at: Vec<(usize, usize)> = e
+        .problems()
+        .iter()
+        .map(|p| (p.pos().line, p.pos().column))
+        .collect();
+    assert_eq!(at, [(1, 9), (2, 17), (3, 4), (3, 14), (4, 1)], "{e}");
+    assert!(matches!(e.problems()[1], RouteProblem::Syntax(_)), "{e}");
+    assert_eq!(e.to_string().lines().count(), 5, "{e}");
+    assert!(
+        e.to_string().ends_with("route a: duplicate route id"),
+        "{e}"
+    );
+}
+
+/// The one route of a text without ids is named `""` in errors, as skipper names it.
+#[test]
+fn the_route_without_an_id_is_named_as_skipper_names_it() {
+    let e = parse("* -> nosuch() -> <shunt>").expect_err("refused");
+    assert!(e.to_string().contains("route \"\": nosuch"), "{e}");
+    let t = table("* -> inlineContent(\"hi\") -> <shunt>");
+    assert_eq!(t.routes()[0].id, "");
+    assert_eq!(
+        t.routes()[0].source,
+        "* -> inlineContent(\"hi\") -> <shunt>"
+    );
 }
