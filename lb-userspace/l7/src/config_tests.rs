@@ -45,3 +45,18 @@ fn inline_route_errors_name_service_field_line_and_column() {
         "{e}"
     );
 }
+
+#[test]
+fn every_route_error_of_a_text_is_reported_each_on_its_own_line() {
+    let broken = L7
+        .replace("<shunt>;\n  all", "<shunt>\n  all")
+        .replace("<roundRobin>;", "<roundRobin> -> ;");
+    let e = err(&broken);
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 2, "{e}");
+    assert!(
+        lines[0].contains("service[0] (site).routes: line 2, column 3:"),
+        "{e}"
+    );
+    assert!(lines[1].starts_with("  line 2, column 26: "), "{e}");
+}

@@ -57,7 +57,9 @@ pub fn load(path: &Path, routes: RouteCheck) -> Result<ValidConfig, ConfigError>
                 *file = dir.join(&*file).display().to_string();
             }
             let problem = match std::fs::read_to_string(&*file) {
-                Ok(text) => routes(&text).err().map(|e| format!("{file}: {e}")),
+                Ok(text) => routes(&text)
+                    .err()
+                    .map(|e| each_line(&format!("{file}: "), &e)),
                 Err(e) => Some(format!("{file}: {e}")),
             };
             if let Some(problem) = problem {
@@ -71,6 +73,15 @@ pub fn load(path: &Path, routes: RouteCheck) -> Result<ValidConfig, ConfigError>
         }
     }
     Ok(config)
+}
+
+/// `text` with `prefix` before each of its lines: a route checker reports every error
+/// of a text, one a line, and each should say where it is.
+fn each_line(prefix: &str, text: &str) -> String {
+    text.lines()
+        .map(|l| format!("{prefix}{l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The line of the `name = "…"` of service `name`, or 0.
@@ -430,7 +441,14 @@ fn check_l7(svc: &ServiceConfig, routes: RouteCheck) -> Result<(), (String, Stri
         ));
     }
     if let Some(text) = &svc.routes {
-        routes(text).map_err(|e| ("routes".to_owned(), e))?;
+        // Every error of the text, one a line: continuation lines indented under the
+        // service's heading.
+        routes(text).map_err(|e| {
+            (
+                "routes".to_owned(),
+                e.lines().collect::<Vec<_>>().join("\n  "),
+            )
+        })?;
     }
     Ok(())
 }
