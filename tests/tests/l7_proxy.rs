@@ -560,3 +560,48 @@ fn lbctl_routes_explains_the_endpoint_the_proxy_then_uses() {
         proxy.shutdown();
     });
 }
+
+/// A route text refused once and brought back after a good one is refused again: after
+/// good → bad → good → bad edits the second bad text is reported like the first (it
+/// used to pass as applied while the good routes kept serving), also when only the
+/// endpoints change under it, and the good routes serve throughout.
+#[test]
+fn a_route_text_refused_before_is_refused_again_after_a_good_one() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let good = r#"ok: * -> inlineContent("good") -> <shunt>;"#;
+        let other = r#"ok: * -> inlineContent("other") -> <shunt>;"#;
+        let bad = r#"ok: * -> inlineContnt("bad") -> <shunt>;"#;
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let body = |rt: &tokio::runtime::Runtime| {
+            rt.block_on(async {
+                let c = client(false);
+                get(&c, &url(86, "/")).await.expect("answer").body
+            })
+        };
+        let routes_errors = |errors: &[lb_l7::proxy::ApplyError]| {
+            errors
+                .iter()
+                .filter(|e| matches!(e, lb_l7::proxy::ApplyError::Routes { .. }))
+                .count()
+        };
+        let endpoint_a = endpoint(backend_addr(0, 80), 1);
+        let endpoint_b = endpoint(backend_addr(1, 80), 1);
+        let steps: [(&str, Vec<_>, usize, &str); 6] = [
+            (good, vec![], 0, "good"),
+            (bad, vec![], 1, "good"),
+            (good, vec![], 0, "good"),
+            (bad, vec![], 1, "good"),
+            // The same refused text while the endpoints change under it.
+            (bad, vec![endpoint_a.clone()], 1, "good"),
+            (other, vec![endpoint_b.clone()], 0, "other"),
+        ];
+        for (i, (text, endpoints, refused, serves)) in steps.into_iter().enumerate() {
+            let errors = proxy.apply(&[service("svc", 86, Some(text), endpoints)]);
+            assert_eq!(routes_errors(&errors), refused, "step {i}: {errors:?}");
+            assert_eq!(body(&rt), serves, "step {i}");
+        }
+        proxy.shutdown();
+    });
+}

@@ -32,34 +32,51 @@ pub enum ApplyError {
     },
 }
 
-/// Applies a running service's new input: routes recompiled when their text changed
-/// (and was not rejected before), endpoints replaced when they changed.
+/// Applies a running service's new input: routes recompiled when their text changed,
+/// endpoints replaced when they changed. A text that was refused before is refused
+/// again with the same error, without compiling it again, for as long as it is the
+/// input; a text equal to the one in force clears the refusal. So every apply says
+/// whether the service's input is in force (after good → bad → good → bad, the second
+/// bad text is reported like the first).
 pub(super) fn update(
     running: &mut Running,
     input: &ServiceInput,
     registry: &Registry,
     now: SystemTime,
 ) -> Result<(), ApplyError> {
+    if running.input.routes == input.routes {
+        running.rejected = None;
+    }
     if running.input == *input {
         return Ok(());
     }
+    let refused = |source: RoutesError| ApplyError::Routes {
+        origin: input.routes_origin.clone(),
+        source,
+    };
     let mut result = Ok(());
-    let routes_changed = running.input.routes != input.routes;
-    if routes_changed && running.rejected != input.routes {
-        let previous = running.state.routes.load_full();
-        match compile(input, registry, Some(&previous), now) {
-            Ok(table) => {
-                running.state.routes.store(Arc::new(table));
-                running.rejected = None;
-                running.input = input.clone();
-                return Ok(());
+    if running.input.routes != input.routes {
+        match &running.rejected {
+            Some((text, error)) if Some(text) == input.routes.as_ref() => {
+                result = Err(refused(error.clone()));
             }
-            Err(source) => {
-                running.rejected.clone_from(&input.routes);
-                result = Err(ApplyError::Routes {
-                    origin: input.routes_origin.clone(),
-                    source,
-                });
+            _ => {
+                let previous = running.state.routes.load_full();
+                match compile(input, registry, Some(&previous), now) {
+                    Ok(table) => {
+                        running.state.routes.store(Arc::new(table));
+                        running.rejected = None;
+                        running.input = input.clone();
+                        return Ok(());
+                    }
+                    Err(source) => {
+                        running.rejected = input
+                            .routes
+                            .as_ref()
+                            .map(|text| (Arc::clone(text), source.clone()));
+                        result = Err(refused(source));
+                    }
+                }
             }
         }
     }

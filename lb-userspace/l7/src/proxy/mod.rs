@@ -104,8 +104,8 @@ struct Running {
     input: ServiceInput,
     state: Arc<ServiceState>,
     stop: watch::Sender<bool>,
-    /// The last route text that did not compile.
-    rejected: Option<Arc<str>>,
+    /// The last route text that did not compile, and why.
+    rejected: Option<(Arc<str>, crate::routes::RoutesError)>,
     /// A second descriptor of each listening socket, to hand them to the next lbd.
     /// Dropped with the service, so a removed service's port closes.
     listeners: Vec<std::net::TcpListener>,
@@ -221,8 +221,8 @@ impl Proxy {
 
     /// Makes the running services match `inputs`. Each service is applied on its own:
     /// one whose routes do not compile keeps its previous routes (or does not start),
-    /// the others are applied. A rejected route text is reported once, not again until
-    /// it changes. Returns the errors.
+    /// the others are applied. A refused route text is refused again by every apply
+    /// while it is the input (compiled once). Returns the errors.
     pub fn apply(&mut self, inputs: &[ServiceInput]) -> Vec<ApplyError> {
         let now = SystemTime::now();
         let mut errors = Vec::new();
