@@ -451,7 +451,14 @@ fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, Rout
         }
         "maskAccessLogQuery" => {
             a.count(1, usize::MAX, "one or more query keys")?;
-            s.mask_query.extend(a.strings()?);
+            let keys = a.strings()?;
+            if let Some(i) = keys.iter().position(String::is_empty) {
+                return Err(a.fail(format!("argument {} must be a non-empty query key", i + 1)));
+            }
+            s.mask_query.extend(keys);
+            // Skipper's mask filter is also an `enableAccessLog()`: it logs every
+            // status unless a later enable/disable filter says otherwise.
+            s.access_log = Some(StatusSet::ALL);
             return Ok(None);
         }
         "fadeIn" => {

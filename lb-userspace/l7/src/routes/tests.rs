@@ -254,12 +254,37 @@ fn request_filters_rewrite_in_order_and_inline_content_stops_them() {
     );
 }
 
+/// skipper `filters/accesslog/control_test.go`: `TestAccessLogControl` (the mask filter
+/// is an `enableAccessLog()` with keys; keys are strings) and
+/// `TestAccessLogMaskedParametersMerging` (keys of several mask filters add up).
+#[test]
+fn mask_access_log_query_enables_the_log_and_merges_keys() {
+    let t = table(
+        r#"
+        a: Path("/a") -> disableAccessLog() -> maskAccessLogQuery("key_1") -> maskAccessLogQuery("key_2") -> <shunt>;
+        b: Path("/b") -> maskAccessLogQuery("key_1", "key_1") -> disableAccessLog(2) -> <shunt>;
+    "#,
+    );
+    let (a, b) = (&t.routes()[0], &t.routes()[1]);
+    assert_eq!(a.access_log, Some(StatusSet::ALL), "the last filter wins");
+    assert_eq!(&a.mask_query[..], ["key_1", "key_2"]);
+    let log = b.access_log.expect("has a rule");
+    assert!(!log.contains(204) && log.contains(404));
+    for bad in [
+        r#"* -> maskAccessLogQuery(1) -> <shunt>"#,
+        r#"* -> maskAccessLogQuery() -> <shunt>"#,
+        r#"* -> maskAccessLogQuery("a", "") -> <shunt>"#,
+    ] {
+        assert!(error(bad).contains("maskAccessLogQuery"), "{bad}");
+    }
+}
+
 #[test]
 fn route_settings_and_backends_compile() {
     let t = table(
         r#"
         lb: Path("/lb") -> fadeIn("3m", 2) -> endpointCreated("http://198.18.0.2:80", "2024-01-02T15:04:05Z")
-            -> disableAccessLog(2, 404) -> maskAccessLogQuery("token")
+            -> maskAccessLogQuery("token") -> disableAccessLog(2, 404)
             -> consistentHashKey("${request.header.X-User}") -> consistentHashBalanceFactor(1.5)
             -> <consistentHash, "http://198.18.0.1", "http://198.18.0.2:80">;
         svc: * -> enableAccessLog() -> <powerOfRandomNChoices>;
