@@ -1,7 +1,9 @@
 //! The access log (see `shared/L7-SPEC.md`): skipper's line with nginx-style escaping,
-//! or JSON; per-route enable/disable rules by status prefix; query stripping and
-//! masking; rendering into reused buffers and buffered writes.
+//! or skipper's JSON; per-route enable/disable rules by status prefix; query stripping
+//! and skipper's `maskAccessLogQuery` re-encoding; rendering into reused buffers and
+//! buffered writes.
 
+mod mask;
 mod render;
 mod rule;
 #[cfg(test)]

@@ -11,7 +11,7 @@
 
 use std::{io::Write as _, net::IpAddr, time::SystemTime};
 
-use crate::balance::rng;
+use super::mask::MaskScratch;
 
 pub use lb_model::config::AccessLogFormat as Format;
 
@@ -30,8 +30,13 @@ pub struct Entry<'a> {
     pub method: &'a [u8],
     /// Path as received.
     pub path: &'a [u8],
-    /// Query as received, without `?`.
-    pub query: &'a [u8],
+    /// Query as received, without `?`; `None` when the target had no `?` (a bare `?`
+    /// is `Some(b"")` and is logged, as skipper logs the request URI as received).
+    pub query: Option<&'a [u8]>,
+    /// The query as the route's filters left it (`setQuery`, `stripQuery`, …),
+    /// without `?`: a masked line re-encodes this one, as skipper masks the request's
+    /// URL after its filters ran. The received query when no filter changed it.
+    pub filtered_query: &'a [u8],
     /// `HTTP/1.1`, `HTTP/2.0`.
     pub proto: &'a [u8],
     /// Response status.
@@ -55,17 +60,20 @@ pub struct Entry<'a> {
 /// How queries are written.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QueryPolicy<'a> {
-    /// Leave the query out.
+    /// Leave the query out (the global `strip-query` setting); it wins over `mask`.
     pub strip: bool,
-    /// Keys whose values are replaced by their hash.
+    /// The route's `maskAccessLogQuery` keys. When there are any, the query is
+    /// skipper's re-encoding of [`Entry::filtered_query`] (see [`super::mask`]),
+    /// always after a `?`, even when it is empty.
     pub mask: &'a [String],
 }
 
-/// A renderer with its timestamp cache.
+/// A renderer with its timestamp cache and the scratch buffers of masked queries.
 #[derive(Debug, Default)]
 pub struct Renderer {
     second: u64,
     stamp: [u8; 26],
+    mask: MaskScratch,
 }
 
 const MONTHS: [&[u8; 3]; 12] = [
@@ -83,7 +91,7 @@ impl Renderer {
 
     fn text(&mut self, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
         out.reserve(256);
-        client(e, out, bare);
+        client(e, out);
         out.extend_from_slice(b" - ");
         or_dash(out, e.user, bare);
         out.extend_from_slice(b" [");
@@ -92,7 +100,7 @@ impl Renderer {
         // The request line's parts escape spaces too: the line splits on them.
         bare(out, e.method);
         out.push(b' ');
-        uri(e, q, out, bare);
+        self.uri(e, q, out, bare);
         out.push(b' ');
         bare(out, e.proto);
         out.extend_from_slice(b"\" ");
@@ -114,53 +122,76 @@ impl Renderer {
         out.push(b'\n');
     }
 
+    /// Skipper's JSON line (logrus's JSON formatter): the same fields under skipper's
+    /// names, keys in byte order, with logrus's `level` and empty `msg`; numbers bare,
+    /// empty strings `""`.
     fn json(&mut self, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
-        let field = |out: &mut Vec<u8>, name: &[u8], first: bool| {
-            if !first {
-                out.push(b',');
-            }
-            out.push(b'"');
+        let field = |out: &mut Vec<u8>, name: &[u8]| {
+            out.extend_from_slice(b",\"");
             out.extend_from_slice(name);
             out.extend_from_slice(b"\":");
         };
-        out.push(b'{');
-        field(out, b"timestamp", true);
+        out.extend_from_slice(b"{\"audit\":");
+        string(out, e.audit);
+        field(out, b"auth-user");
+        string(out, e.user);
+        field(out, b"duration");
+        number(out, e.duration.as_millis() as u64);
+        field(out, b"flow-id");
+        string(out, e.flow_id);
+        field(out, b"host");
+        out.push(b'"');
+        client(e, out);
+        out.push(b'"');
+        out.extend_from_slice(b",\"level\":\"info\"");
+        field(out, b"method");
+        string(out, e.method);
+        out.extend_from_slice(b",\"msg\":\"\"");
+        field(out, b"proto");
+        string(out, e.proto);
+        field(out, b"referer");
+        string(out, e.referer);
+        field(out, b"requested-host");
+        string(out, e.host);
+        field(out, b"response-size");
+        number(out, e.size);
+        field(out, b"status");
+        number(out, u64::from(e.status));
+        field(out, b"timestamp");
         out.push(b'"');
         out.extend_from_slice(self.stamp(e.time));
         out.push(b'"');
-        field(out, b"host", false);
+        field(out, b"uri");
         out.push(b'"');
-        client(e, out, json_str);
+        self.uri(e, q, out, json_str);
         out.push(b'"');
-        for (name, value) in [(&b"user"[..], e.user), (b"method", e.method)] {
-            field(out, name, false);
-            string(out, value);
-        }
-        field(out, b"uri", false);
-        out.push(b'"');
-        uri(e, q, out, json_str);
-        out.push(b'"');
-        field(out, b"proto", false);
-        string(out, e.proto);
-        field(out, b"status", false);
-        number(out, u64::from(e.status));
-        field(out, b"response-size", false);
-        number(out, e.size);
-        for (name, value) in [(&b"referer"[..], e.referer), (b"user-agent", e.user_agent)] {
-            field(out, name, false);
-            string(out, value);
-        }
-        field(out, b"duration", false);
-        number(out, e.duration.as_millis() as u64);
-        for (name, value) in [
-            (&b"requested-host"[..], e.host),
-            (b"flow-id", e.flow_id),
-            (b"audit", e.audit),
-        ] {
-            field(out, name, false);
-            string(out, value);
-        }
+        field(out, b"user-agent");
+        string(out, e.user_agent);
         out.extend_from_slice(b"}\n");
+    }
+
+    /// The request URI: the path, then `?` and the query as received, or nothing
+    /// (stripped), or the masked re-encoding.
+    fn uri(
+        &mut self,
+        e: &Entry<'_>,
+        q: QueryPolicy<'_>,
+        out: &mut Vec<u8>,
+        write: fn(&mut Vec<u8>, &[u8]),
+    ) {
+        write(out, e.path);
+        if q.strip {
+            return;
+        }
+        if !q.mask.is_empty() {
+            // Skipper writes the `?` whatever follows, and the re-encoding needs no
+            // escaping (see `MaskScratch::write`).
+            out.push(b'?');
+            self.mask.write(e.filtered_query, q.mask, out);
+        } else if let Some(query) = e.query {
+            write(out, b"?");
+            write(out, query);
+        }
     }
 
     /// `02/Jan/2006:15:04:05 +0000` (UTC), formatted once per second.
@@ -188,25 +219,63 @@ impl Renderer {
     }
 }
 
-/// HOST: the X-Forwarded-For entries that are IP addresses, joined by `, `; else the
-/// peer address.
-fn client(e: &Entry<'_>, out: &mut Vec<u8>, write: impl Fn(&mut Vec<u8>, &[u8])) {
+/// HOST as skipper finds it: a non-empty X-Forwarded-For is split at `", "`, each
+/// entry's port dropped (Go's `net.SplitHostPort`) and the entries that are IP
+/// addresses written in canonical form, joined by `", "`: none of them leaves the
+/// field empty (`-`), not the peer. Without the header, the peer address.
+fn client(e: &Entry<'_>, out: &mut Vec<u8>) {
+    let Some(xff) = e.forwarded_for.filter(|x| !x.is_empty()) else {
+        write_ip(out, e.peer);
+        return;
+    };
     let mut any = false;
-    if let Some(xff) = e.forwarded_for {
-        for part in xff.split(|&b| b == b',') {
-            let part = part.trim_ascii();
-            if is_ip(part) {
-                if any {
-                    out.extend_from_slice(b", ");
-                }
-                write(out, part);
-                any = true;
+    let mut rest = xff;
+    loop {
+        let (entry, tail) = match rest.windows(2).position(|w| w == b", ") {
+            Some(i) => (&rest[..i], Some(&rest[i + 2..])),
+            None => (rest, None),
+        };
+        if let Some(ip) = parse_ip(strip_port(entry)) {
+            if any {
+                out.extend_from_slice(b", ");
             }
+            write_ip(out, ip);
+            any = true;
+        }
+        match tail {
+            Some(t) => rest = t,
+            None => break,
         }
     }
     if !any {
-        write_ip(out, e.peer);
+        out.push(b'-');
     }
+}
+
+/// The host of `host:port` or `[host]:port` as Go's `net.SplitHostPort` takes it
+/// apart; anything it refuses (no port, too many colons, stray brackets) is returned
+/// whole, as skipper then uses the entry as it is.
+fn strip_port(s: &[u8]) -> &[u8] {
+    let Some(colon) = s.iter().rposition(|&b| b == b':') else {
+        return s;
+    };
+    let (host, from) = if s.first() == Some(&b'[') {
+        match s.iter().position(|&b| b == b']') {
+            Some(end) if end + 1 == colon => (&s[1..end], end + 1),
+            _ => return s,
+        }
+    } else {
+        let host = &s[..colon];
+        if host.contains(&b':') {
+            return s;
+        }
+        (host, 0)
+    };
+    let opened = s.first() == Some(&b'[');
+    if s[usize::from(opened)..].contains(&b'[') || s[from..].contains(&b']') {
+        return s;
+    }
+    host
 }
 
 /// An address as text: IPv4 by hand (the common case, and `fmt` costs more than the
@@ -231,63 +300,30 @@ fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
     }
 }
 
-/// Whether `s` is an IP address (X-Forwarded-For entries are checked; the common
-/// dotted-quad is recognised without the general parser).
-fn is_ip(s: &[u8]) -> bool {
-    // Dotted quad in one pass: four groups of 1-3 digits, each at most 255.
-    let (mut groups, mut digits, mut value, mut v4) = (1, 0, 0u32, !s.is_empty());
-    for &b in s {
-        match b {
-            b'0'..=b'9' => {
-                digits += 1;
-                value = value * 10 + u32::from(b - b'0');
-                v4 &= digits <= 3 && value <= 255;
-            }
-            b'.' => {
-                v4 &= digits > 0;
-                groups += 1;
-                (digits, value) = (0, 0);
-            }
-            _ => {
-                v4 = false;
-                break;
-            }
-        }
+/// `s` as an IP address, as Go's `netip.ParseAddr` reads it (IPv4 only as four
+/// decimal fields without leading zeros); the common dotted quad without the general
+/// parser.
+fn parse_ip(s: &[u8]) -> Option<IpAddr> {
+    let mut octets = [0u8; 4];
+    let mut fields = s.split(|&b| b == b'.');
+    let quad = octets.iter_mut().all(|o| {
+        let Some(f) = fields.next() else {
+            return false;
+        };
+        let digits = matches!(f.len(), 1..=3)
+            && f.iter().all(u8::is_ascii_digit)
+            && (f.len() == 1 || f[0] != b'0');
+        let n = f
+            .iter()
+            .take(3)
+            .fold(0u32, |n, &d| n * 10 + u32::from(d.wrapping_sub(b'0')));
+        *o = n as u8;
+        digits && n <= 255
+    }) && fields.next().is_none();
+    if quad {
+        return Some(IpAddr::from(octets));
     }
-    if v4 && groups == 4 && digits > 0 {
-        return true;
-    }
-    std::str::from_utf8(s).is_ok_and(|t| t.parse::<IpAddr>().is_ok())
-}
-
-/// The request URI: path, then the query (left out, or with masked values).
-fn uri(e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>, write: fn(&mut Vec<u8>, &[u8])) {
-    write(out, e.path);
-    if q.strip || e.query.is_empty() {
-        return;
-    }
-    write(out, b"?");
-    if q.mask.is_empty() {
-        write(out, e.query);
-        return;
-    }
-    for (i, pair) in e.query.split(|&b| b == b'&').enumerate() {
-        if i > 0 {
-            write(out, b"&");
-        }
-        let eq = pair.iter().position(|&b| b == b'=');
-        let key = &pair[..eq.unwrap_or(pair.len())];
-        if let Some(eq) = eq
-            && q.mask.iter().any(|m| m.as_bytes() == key)
-        {
-            write(out, &pair[..=eq]);
-            let mut digits = [0u8; 20];
-            let n = itoa(rng::fnv(rng::FNV_START, &pair[eq + 1..]), &mut digits);
-            write(out, &digits[20 - n..]);
-        } else {
-            write(out, pair);
-        }
-    }
+    std::str::from_utf8(s).ok()?.parse().ok()
 }
 
 fn number(out: &mut Vec<u8>, n: u64) {
@@ -297,7 +333,7 @@ fn number(out: &mut Vec<u8>, n: u64) {
 }
 
 /// Writes `n` right-aligned into `buf`; returns the digit count.
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> usize {
+pub(super) fn itoa(mut n: u64, buf: &mut [u8; 20]) -> usize {
     let mut i = 20;
     loop {
         i -= 1;

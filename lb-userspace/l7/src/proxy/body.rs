@@ -15,7 +15,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Uri, Version};
+use http::{HeaderName, HeaderValue, Method, Uri, Version, header};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
@@ -23,6 +23,7 @@ use super::activity::Activity;
 use crate::{
     accesslog::{AccessLog, Entry},
     balance::InFlight,
+    routes::Exchange,
 };
 
 /// A request body to a backend: the client's, or none (retries only resend requests
@@ -88,6 +89,9 @@ pub struct LogRecord {
     pub time: SystemTime,
     pub method: Method,
     pub uri: Uri,
+    /// The query as the route's filters left it, when it differs from the received one
+    /// and the route masks keys (only a masked line shows it).
+    pub filtered_query: Option<Box<str>>,
     pub version: Version,
     pub status: u16,
     pub referer: Option<HeaderValue>,
@@ -97,11 +101,46 @@ pub struct LogRecord {
     pub audit: Option<HeaderValue>,
 }
 
+/// Header names looked up for every logged request, typed once: a lookup by `&str`
+/// would parse the name on every request.
+pub static FLOW_ID: HeaderName = HeaderName::from_static("x-flow-id");
+pub static AUDIT: HeaderName = HeaderName::from_static("x-unverified-audit");
+pub static FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 fn bytes(h: &Option<HeaderValue>) -> &[u8] {
     h.as_ref().map_or(&b""[..], HeaderValue::as_bytes)
 }
 
 impl LogRecord {
+    /// Takes in what the route's request filters changed that skipper's line shows.
+    /// Skipper logs the request object its filters modified in place: headers set by
+    /// `setRequestHeader` are logged with their new values, and a masked query is the
+    /// filtered one. The path and an unmasked query stay as received (skipper logs the
+    /// request URI, which no filter touches), and so does the Host header (skipper
+    /// logs the request's host, not the outgoing one).
+    pub fn after_filters(&mut self, ex: &Exchange) {
+        for (name, value) in &ex.request_headers {
+            let slot = if name == header::REFERER {
+                &mut self.referer
+            } else if name == header::USER_AGENT {
+                &mut self.user_agent
+            } else if name == FLOW_ID {
+                &mut self.flow_id
+            } else if name == AUDIT {
+                &mut self.audit
+            } else if name == FORWARDED_FOR {
+                // Set by the route's author, so trusted like a trusted proxy's.
+                &mut self.forwarded_for
+            } else {
+                continue;
+            };
+            *slot = Some(value.clone());
+        }
+        if !self.mask.is_empty() && ex.query(&self.uri) != self.uri.query().unwrap_or("") {
+            self.filtered_query = Some(ex.query(&self.uri).into());
+        }
+    }
+
     fn write(&self, size: u64, started: Instant) {
         let host = match (&self.host, self.uri.authority()) {
             (Some(h), _) => h.as_bytes(),
@@ -115,7 +154,13 @@ impl LogRecord {
             time: self.time,
             method: self.method.as_str().as_bytes(),
             path: self.uri.path().as_bytes(),
-            query: self.uri.query().unwrap_or("").as_bytes(),
+            query: self.uri.query().map(str::as_bytes),
+            filtered_query: self
+                .filtered_query
+                .as_deref()
+                .or(self.uri.query())
+                .unwrap_or("")
+                .as_bytes(),
             proto: proto(self.version),
             status: self.status,
             size,

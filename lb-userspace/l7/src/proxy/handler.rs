@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 
 use super::{
     activity::Activity,
-    body::{Finish, LogRecord, ProxyBody},
+    body::{self, Finish, LogRecord, ProxyBody},
     forward::{Failure, Outgoing, forward},
     headers, request,
     service::ServiceState,
@@ -124,6 +124,9 @@ impl ServiceState {
         } else {
             None
         };
+        if let Some(r) = &mut record {
+            r.after_filters(&ex);
+        }
         let (mut response, inflight) = match (ex.served.take(), &route.backend) {
             (Some(Served::Inline { body, content_type }), _) => {
                 (plain(StatusCode::OK, body, Some(content_type)), None)
@@ -208,27 +211,28 @@ impl ServiceState {
         mask: Option<Arc<[String]>>,
     ) -> Option<Box<LogRecord>> {
         let log = self.shared.access_log.as_ref()?;
-        // Typed names: a lookup by `&str` would parse the name on every request.
-        static FLOW_ID: http::HeaderName = http::HeaderName::from_static("x-flow-id");
-        static AUDIT: http::HeaderName = http::HeaderName::from_static("x-unverified-audit");
-        static FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
         let h = |name: &http::HeaderName| parts.headers.get(name).cloned();
         Some(Box::new(LogRecord {
             log: Arc::clone(log),
             mask: mask.unwrap_or_else(|| Arc::from(Vec::new())),
             peer: peer.ip(),
             // Only a trusted proxy tells us who the client is.
-            forwarded_for: if trusted { h(&FORWARDED_FOR) } else { None },
+            forwarded_for: if trusted {
+                h(&body::FORWARDED_FOR)
+            } else {
+                None
+            },
             time,
             method: parts.method.clone(),
             uri: parts.uri.clone(),
+            filtered_query: None,
             version: parts.version,
             status: status.as_u16(),
             referer: h(&header::REFERER),
             user_agent: h(&header::USER_AGENT),
             host: h(&header::HOST),
-            flow_id: h(&FLOW_ID),
-            audit: h(&AUDIT),
+            flow_id: h(&body::FLOW_ID),
+            audit: h(&body::AUDIT),
         }))
     }
 }
