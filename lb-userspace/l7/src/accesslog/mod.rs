@@ -10,6 +10,7 @@ mod rule;
 mod tests;
 mod writer;
 
+pub use mask::hash as mask_hash;
 pub use render::{Entry, Format, QueryPolicy, Renderer};
 pub use rule::StatusSet;
 pub use writer::{AccessLog, AccessLogConfig};

@@ -7,7 +7,7 @@
 //! runs, not to be secret.
 //!
 //! [`mix`] and [`fnv`] are hashes, not generators, and stay written out here: the
-//! endpoints' consistent-hash scores and the access log's masked values must map an
+//! endpoints' consistent-hash scores and keys must map an
 //! input to the same output in every process, on every node and in every release of
 //! lbd. Neither rand's generators (`SmallRng` is documented as non-portable) nor std's
 //! randomly keyed hasher promise that.

@@ -282,3 +282,61 @@ impl Body for ProxyBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accesslog::AccessLogConfig;
+
+    fn record(uri: &str, mask: &[&str]) -> LogRecord {
+        LogRecord {
+            log: Arc::new(AccessLog::with_sink(
+                AccessLogConfig::default(),
+                Box::new(std::io::sink()),
+            )),
+            mask: mask.iter().map(|&m| m.to_owned()).collect(),
+            peer: IpAddr::from([198, 18, 0, 1]),
+            forwarded_for: None,
+            time: SystemTime::UNIX_EPOCH,
+            method: Method::GET,
+            uri: uri.parse().expect("uri"),
+            filtered_query: None,
+            version: Version::HTTP_11,
+            status: 200,
+            referer: None,
+            user_agent: Some(HeaderValue::from_static("curl")),
+            host: None,
+            flow_id: None,
+            audit: None,
+        }
+    }
+
+    /// skipper `proxy/proxy.go` logs the request its filters changed in place (and
+    /// `logging/access.go` masks that request's URL): set headers and a filtered query
+    /// show in the line; the Host header and an unmasked query do not change.
+    #[test]
+    fn the_line_shows_what_request_filters_changed() {
+        let ex = Exchange {
+            query: "lang=pt&token=s".to_owned(),
+            rewritten: true,
+            request_headers: vec![
+                (FLOW_ID.clone(), HeaderValue::from_static("F9")),
+                (header::USER_AGENT, HeaderValue::from_static("set")),
+                (header::HOST, HeaderValue::from_static("other.example")),
+            ],
+            ..Exchange::default()
+        };
+        let mut masked = record("/a?token=s", &["token"]);
+        masked.after_filters(&ex);
+        assert_eq!(masked.filtered_query.as_deref(), Some("lang=pt&token=s"));
+        assert_eq!(bytes(&masked.flow_id), b"F9");
+        assert_eq!(bytes(&masked.user_agent), b"set");
+        assert_eq!(masked.host, None);
+        let mut plain = record("/a?token=s", &[]);
+        plain.after_filters(&ex);
+        assert_eq!(plain.filtered_query, None, "only a masked line re-encodes");
+        let mut same = record("/a?lang=pt&token=s", &["token"]);
+        same.after_filters(&ex);
+        assert_eq!(same.filtered_query, None, "the received query, not a copy");
+    }
+}
