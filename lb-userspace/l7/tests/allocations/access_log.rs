@@ -3,48 +3,12 @@
 //! queries, and masked queries (decoded, sorted, hashed and re-encoded in the
 //! renderer's reused scratch). A line is written for every request on every worker;
 //! an allocation there would put the allocator on the hot path.
-//!
-//! A binary of its own, so that the counting allocator sees no other test's work.
 
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    cell::Cell,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
+
+use super::allocations;
 
 use lb_l7::accesslog::{AccessLog, AccessLogConfig, Entry, Format, QueryPolicy, Renderer};
-
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; the tally is a
-// const-initialised thread-local Cell, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static COUNTING: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
 
 fn entry<'a>(query: &'a [u8], forwarded_for: Option<&'a [u8]>) -> Entry<'a> {
     Entry {
