@@ -605,3 +605,73 @@ fn a_route_text_refused_before_is_refused_again_after_a_good_one() {
         proxy.shutdown();
     });
 }
+
+/// Templates, skipper's filter variants and backend URLs with a path, through the real
+/// proxy to an echo backend: what the backend received, and what the client got.
+/// (Values from skipper's template, header, query, stripQuery and path tests; the
+/// unit-level ports are in lb-l7's `routes::template_tests`.)
+#[test]
+fn templates_and_filter_variants_reach_the_backend_as_in_skipper() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b0"));
+        let routes = format!(
+            r#"
+            params: Path("/users/:id/*rest") -> setRequestHeader("X-User", "${{id}}")
+                -> setRequestHeader("X-Rest", "${{rest}}") -> setPath("/v2/${{id}}${{rest}}")
+                -> "http://{b}/ignored/prefix";
+            subtree: PathSubtree("/files") -> setRequestHeader("X-Tail", "${{*}}")
+                -> appendRequestHeader("X-Q", "${{request.query.q}}")
+                -> setResponseHeader("X-Seen", "${{request.header.X-In}}-${{response.header.X-Body-Bytes}}")
+                -> "http://{b}";
+            missing: Path("/missing") -> setRequestHeader("X-Never", "${{request.header.X-Absent}}")
+                -> setPath("/got/${{request.header.X-Absent}}") -> setQuery("k", "${{nope}}") -> "http://{b}";
+            strip: Path("/strip") -> stripQuery("true") -> "http://{b}";
+            drop: Path("/drop") -> dropQuery("secret") -> dropRequestHeader("X-Drop") -> "http://{b}";
+            raw: Path("/raw") -> setQuery("a=1&m=${{request.method}}") -> "http://{b}";
+            cookie: Path("/cookie") -> setRequestHeader("X-Session", "${{request.cookie.session}}")
+                -> setRequestHeader("X-Host", "${{request.host}} ${{request.path}}") -> "http://{b}";
+            plain: Path("/plain") -> "http://{b}/some/path?x=1";
+            "#,
+            b = b.addr
+        );
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let errors = proxy.apply(&[service("tmpl", 86, Some(&routes), vec![])]);
+        assert!(errors.is_empty(), "{errors:?}");
+        // (path, request headers, lines the backend must see, text it must not see)
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str], &'a [&'a str]);
+        let cases: &[Case<'_>] = &[
+            ("/users/42/a/b", &[], &["GET /v2/42/a/b\n", "x-user: 42\n", "x-rest: /a/b\n"], &["ignored"]),
+            ("/users/a%20b/c", &[], &["GET /v2/a%20b/c\n", "x-user: a b\n"], &[]),
+            ("/files", &[], &["GET /files\n", "x-tail: /\n"], &["x-q:"]),
+            ("/files/a/b/?q=1", &[("X-Q", "0")], &["x-tail: /a/b/\n", "x-q: 0\n", "x-q: 1\n"], &[]),
+            ("/missing", &[], &["GET /got/?k=\n"], &["x-never"]),
+            ("/strip?bar=baz&a%20b=1&bar=qux", &[], &["GET /strip\n", "x-query-param-bar: baz\n", "x-query-param-ab: 1\n"], &["?"]),
+            ("/drop?secret=1&b=2&a=3", &[("X-Drop", "x")], &["GET /drop?a=3&b=2\n"], &["x-drop", "secret"]),
+            ("/raw?gone=1", &[], &["GET /raw?a=1&m=GET\n"], &["gone"]),
+            ("/cookie", &[("Cookie", "a=1; session=abc")], &["x-session: abc\n", &format!("x-host: {VIP}:86 /cookie\n")], &[]),
+            ("/cookie", &[], &[], &["x-session"]),
+            ("/plain?y=2", &[], &["GET /plain?y=2\n"], &["some/path", "x=1"]),
+        ];
+        rt.block_on(async {
+            let c = client(false);
+            for (path, headers, want, not) in cases {
+                let a = send(&c, "GET", &url(86, path), headers, "").await.expect(path);
+                assert_eq!((a.status, a.backend()), (200, "b0"), "{path}");
+                for w in *want {
+                    assert!(a.body.contains(w), "{path}: the backend saw no {w:?}:\n{}", a.body);
+                }
+                for n in *not {
+                    assert!(!a.body.contains(n), "{path}: the backend saw {n:?}:\n{}", a.body);
+                }
+            }
+            // A response template reads the request (kept for it) and the response.
+            let a = send(&c, "GET", &url(86, "/files/x"), &[("X-In", "in")], "").await.expect("files");
+            assert_eq!(a.header("x-seen"), "in-0");
+            let a = get(&c, &url(86, "/files/x")).await.expect("files");
+            assert_eq!(a.header("x-seen"), "", "an unresolved placeholder sets no header");
+        });
+        proxy.shutdown();
+    });
+}

@@ -11,7 +11,7 @@ use super::{Context, Outcome};
 use lb_l7::{
     balance::{Algorithm, Pick, Registry},
     routes::{
-        Backend, Context as RouteContext, Exchange, KeySource, RouteTable, Served, filter,
+        Backend, Context as RouteContext, Exchange, RequestInfo, RouteTable, Served, filter,
         predicate::RequestView,
     },
 };
@@ -32,9 +32,10 @@ pub struct Args {
     /// A request header, `Name: value` (repeatable).
     #[arg(short = 'H', long = "header")]
     headers: Vec<String>,
-    /// The client address (consistent-hash keys fall back to it).
-    #[arg(long, default_value = "")]
-    client: String,
+    /// The client address (templates' `${request.clientIP}`; consistent-hash keys fall
+    /// back to it).
+    #[arg(long, default_value = "0.0.0.0")]
+    client: std::net::IpAddr,
 }
 
 #[derive(Debug, Serialize)]
@@ -145,14 +146,31 @@ fn explain(
     out.route = Some(route.id.clone());
     out.source = Some(route.source.clone());
     let mut ex = Exchange::for_request(&uri, !route.filters.is_empty());
-    filter::on_request(&route.filters, &mut ex, "http", &args.host);
+    let routing = lb_l7::routes::path::routing_path(uri.path()).map_err(|e| e.to_string())?;
+    // The client named is the peer: lbctl cannot know which proxies lbd trusts.
+    let info = RequestInfo {
+        method: method.as_str(),
+        scheme: "http",
+        host: &args.host,
+        headers: &headers,
+        routing_path: &routing,
+        peer: args.client,
+        trusted: false,
+    };
+    filter::on_request(&route.filters, &mut ex, &info);
     out.path = ex.path(&uri).to_owned();
     out.query = ex.query(&uri).to_owned();
     let mut status = http::StatusCode::OK;
     let mut response_headers = http::HeaderMap::new();
     out.answer = match (&ex.served, &route.backend) {
         (Some(Served::Inline { body, content_type }), _) => {
-            filter::on_response(&route.filters, ex.ran, &mut status, &mut response_headers);
+            filter::on_response(
+                &route.filters,
+                &ex,
+                &info,
+                &mut status,
+                &mut response_headers,
+            );
             Some(format!(
                 "{status} inline, {} bytes of {}",
                 body.len(),
@@ -167,12 +185,24 @@ fn explain(
             _,
         ) => {
             status = *s;
-            filter::on_response(&route.filters, ex.ran, &mut status, &mut response_headers);
+            filter::on_response(
+                &route.filters,
+                &ex,
+                &info,
+                &mut status,
+                &mut response_headers,
+            );
             Some(format!("{status}, Location: {location}"))
         }
         (None, Backend::Shunt) => {
             status = http::StatusCode::NOT_FOUND;
-            filter::on_response(&route.filters, ex.ran, &mut status, &mut response_headers);
+            filter::on_response(
+                &route.filters,
+                &ex,
+                &info,
+                &mut status,
+                &mut response_headers,
+            );
             Some(format!("{status} (shunt)"))
         }
         (None, Backend::Pool(pool)) => {
@@ -188,14 +218,7 @@ fn explain(
                 out.endpoints
                     .push("(the service's own backends, from lbd)".into());
             } else if set.len() == 1 || matches!(algorithm, Algorithm::ConsistentHash { .. }) {
-                let key = pool.key_hash(&KeySource {
-                    headers: &headers,
-                    query: ex.query(&uri),
-                    path: ex.path(&uri),
-                    host: &args.host,
-                    method: method.as_str(),
-                    source: &args.client,
-                });
+                let key = ex.key_hash(args.client);
                 out.pick = pool
                     .balancer
                     .pick(&set, &Pick { now, key })

@@ -8,7 +8,8 @@ use crate::{
 };
 use lb_l7::{
     balance::EndpointSpec, balance::Pick, balance::Registry, routes, routes::Backend,
-    routes::Exchange, routes::KeySource, routes::KeyTemplate, routes::RouteTable, routes::filter,
+    routes::Exchange, routes::RequestInfo, routes::RouteTable, routes::filter,
+    routes::template::Template,
 };
 use lb_model::{
     config, dataplane::Programmer, dataplane::memory::MemoryDataplane, endpointslice, units,
@@ -140,19 +141,24 @@ pub fn eskip(data: &[u8]) {
         let Some(route) = table.find(&view) else {
             continue;
         };
+        let Ok(routing) = routes::path::routing_path(uri.path()) else {
+            continue;
+        };
+        let info = RequestInfo {
+            method: "GET",
+            scheme: "http",
+            host: "shop.example",
+            headers: &headers,
+            routing_path: &routing,
+            peer: std::net::IpAddr::from([198, 18, 0, 1]),
+            trusted: false,
+        };
         let mut ex = Exchange::for_request(&uri, !route.filters.is_empty());
-        filter::on_request(&route.filters, &mut ex, "http", "shop.example");
+        filter::on_request(&route.filters, &mut ex, &info);
         let (mut status, mut out) = (http::StatusCode::OK, http::HeaderMap::new());
-        filter::on_response(&route.filters, ex.ran, &mut status, &mut out);
+        filter::on_response(&route.filters, &ex, &info, &mut status, &mut out);
         if let Backend::Pool(pool) = &route.backend {
-            let key = pool.key_hash(&KeySource {
-                headers: &headers,
-                query: ex.query(&uri),
-                path: ex.path(&uri),
-                host: "shop.example",
-                method: "GET",
-                source: "198.18.0.1",
-            });
+            let key = ex.key_hash(info.peer);
             let set = pool.set.load();
             if let Some(i) = pool.balancer.pick(&set, &Pick { now, key }) {
                 assert!(i < set.len());
@@ -207,25 +213,34 @@ pub fn timestamp(data: &[u8]) {
     }
 }
 
-/// A `consistentHashKey` template, hashed for a request.
+/// A template (`consistentHashKey`, the header filters, `setPath`), applied to a
+/// request: whatever the text, applying it twice gives the same output.
 pub fn key_template(data: &[u8]) {
     let Some(text) = text(data) else { return };
-    let Ok(template) = KeyTemplate::parse(text) else {
-        return;
-    };
+    let template = Template::new(text, |name| {
+        (name == "id").then_some(routes::params::ParamRef::Segment(0))
+    });
     let mut headers = http::HeaderMap::new();
     headers.insert("x-user", http::HeaderValue::from_static("alice"));
-    let source = KeySource {
-        headers: &headers,
-        query: "id=7&x",
-        path: "/a",
-        host: "shop.example",
+    headers.insert("cookie", http::HeaderValue::from_static("s=1; t=\"2\""));
+    let info = RequestInfo {
         method: "GET",
-        source: "198.18.0.1",
+        scheme: "http",
+        host: "shop.example",
+        headers: &headers,
+        routing_path: "/a",
+        peer: std::net::IpAddr::from([198, 18, 0, 1]),
+        trusted: true,
     };
+    let ex = Exchange {
+        path: "/a%20b".into(),
+        query: "id=7&x&q=%zz".into(),
+        ..Exchange::default()
+    };
+    let values = info.values(&ex, None);
     assert_eq!(
-        template.hash(&source),
-        template.hash(&source),
+        template.apply(&values),
+        template.apply(&values),
         "deterministic"
     );
 }

@@ -9,7 +9,7 @@
 //! body is ever sent twice: once a body has started to flow, a failure is final.
 
 use std::{
-    net::{IpAddr, SocketAddr},
+    net::SocketAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 use super::{body::UpBody, headers, service::ServiceState};
 use crate::{
     balance::{Algorithm, InFlight, Pick},
-    routes::{Exchange, KeySource, Pool},
+    routes::{Exchange, Pool, client_source, values::Headers},
 };
 
 /// Why no backend answered.
@@ -79,7 +79,11 @@ pub(super) async fn forward(
     let n = set.len();
     let key = match pool.balancer.algorithm() {
         Algorithm::ConsistentHash { .. } => {
-            hash_key(pool, &headers, &uri, &method, ex, peer, trusted)
+            let current = Headers {
+                base: &headers,
+                edits: &ex.edits,
+            };
+            ex.key_hash(client_source(current, peer.ip(), trusted, false))
         }
         _ => 0,
     };
@@ -99,6 +103,11 @@ pub(super) async fn forward(
         body,
         failed: Arc::clone(&failed),
     });
+    // The filters' changes come first, as skipper's filters change the request before
+    // the proxy maps it to the backend's.
+    for edit in &ex.edits {
+        edit.apply(&mut headers);
+    }
     headers::strip_hop_by_hop(&mut headers);
     if !bodiless && !headers.contains_key(header::CONTENT_LENGTH) {
         headers.insert(
@@ -112,9 +121,6 @@ pub(super) async fn forward(
         && let Ok(v) = HeaderValue::from_str(a.as_str())
     {
         headers.insert(header::HOST, v);
-    }
-    for (k, v) in &ex.request_headers {
-        headers.insert(k.clone(), v.clone());
     }
     let path_and_query = upstream_path(&uri, ex).ok_or(Failure::Upstream)?;
     let mut last = Failure::Unreachable;
@@ -205,43 +211,4 @@ fn upstream_path(uri: &Uri, ex: &Exchange) -> Option<http::uri::PathAndQuery> {
         pq.push_str(&ex.query);
     }
     http::uri::PathAndQuery::from_maybe_shared(Bytes::from(pq)).ok()
-}
-
-/// The consistent-hash key: the route's template, else the client address (first
-/// X-Forwarded-For entry from a trusted peer, else the peer).
-fn hash_key(
-    pool: &Pool,
-    headers: &http::HeaderMap,
-    uri: &Uri,
-    method: &Method,
-    ex: &Exchange,
-    peer: SocketAddr,
-    trusted: bool,
-) -> u64 {
-    let xff_first = trusted
-        .then(|| headers.get("x-forwarded-for"))
-        .flatten()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(',').next())
-        .map(str::trim)
-        .filter(|s| s.parse::<IpAddr>().is_ok());
-    let mut peer_text = [0u8; 46];
-    let source: &str = match xff_first {
-        Some(s) => s,
-        None => {
-            use std::io::Write as _;
-            let mut w = &mut peer_text[..];
-            let _ = write!(w, "{}", peer.ip());
-            let n = 46 - w.len();
-            std::str::from_utf8(&peer_text[..n]).unwrap_or("")
-        }
-    };
-    pool.key_hash(&KeySource {
-        headers,
-        query: ex.query(uri),
-        path: ex.path(uri),
-        host: headers::host_of(headers, uri),
-        method: method.as_str(),
-        source,
-    })
 }

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     accesslog::StatusSet,
-    routes::{Backend, Exchange, Route, Served, filter, predicate::RequestView},
+    routes::{Backend, Exchange, RequestInfo, Route, Served, filter, predicate::RequestView},
 };
 use lb_model::throttle::Throttle;
 
@@ -104,9 +104,25 @@ impl ServiceState {
                 version,
             );
         };
-        let host = head.host;
         let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
-        filter::on_request(&route.filters, &mut ex, "http", host);
+        let info = RequestInfo {
+            method: parts.method.as_str(),
+            scheme: "http",
+            host: head.host,
+            headers: &parts.headers,
+            routing_path: &head.path,
+            peer: peer.ip(),
+            trusted,
+        };
+        filter::on_request(&route.filters, &mut ex, &info);
+        // The request goes to the backend by move; response templates that read it
+        // get a copy of what they read (see `Route::response_reads_request`).
+        let kept = route.response_reads_request.then(|| Kept {
+            headers: parts.headers.clone(),
+            routing_path: head.path.clone().into_owned(),
+            host: head.host.to_owned(),
+        });
+        let method = parts.method.clone();
         // What the log line needs is taken now (shared bytes, no copies): the request
         // head goes to the backend by move.
         let may_log = route
@@ -161,7 +177,23 @@ impl ServiceState {
             }
         };
         let mut status = response.status();
-        filter::on_response(&route.filters, ex.ran, &mut status, response.headers_mut());
+        let empty = http::HeaderMap::new();
+        let info = RequestInfo {
+            method: method.as_str(),
+            scheme: "http",
+            host: kept.as_ref().map_or("", |k| &k.host),
+            headers: kept.as_ref().map_or(&empty, |k| &k.headers),
+            routing_path: kept.as_ref().map_or("", |k| &k.routing_path),
+            peer: peer.ip(),
+            trusted,
+        };
+        filter::on_response(
+            &route.filters,
+            &ex,
+            &info,
+            &mut status,
+            response.headers_mut(),
+        );
         *response.status_mut() = status;
         headers::strip_hop_by_hop(response.headers_mut());
         self.stats.count(status);
@@ -239,6 +271,13 @@ impl ServiceState {
 
 /// What a 405 to CONNECT says is allowed: every method the proxy forwards.
 const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE";
+
+/// What response templates read of a request that went to the backend.
+struct Kept {
+    headers: http::HeaderMap,
+    routing_path: String,
+    host: String,
+}
 
 /// A response body before the bookkeeping is attached.
 enum Out {

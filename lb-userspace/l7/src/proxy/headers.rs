@@ -3,15 +3,6 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
-/// The Host header, else the URI's authority (HTTP/2).
-pub(super) fn host_of<'a>(headers: &'a http::HeaderMap, uri: &'a http::Uri) -> &'a str {
-    headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| uri.authority().map(http::uri::Authority::as_str))
-        .unwrap_or("")
-}
-
 /// Headers that belong to one connection (RFC 9110 §7.6.1, plus the legacy
 /// `Keep-Alive` and `Proxy-Connection`).
 const HOP_BY_HOP: [HeaderName; 8] = [

@@ -1,12 +1,22 @@
 //! Route filters that act on requests and responses. Filters that only configure the
-//! route (access log, fade-in, consistent hashing) are taken apart when the route is
-//! compiled and do nothing per request.
+//! route (access log, fade-in, the consistent-hash balance factor) are taken apart
+//! when the route is compiled and do nothing per request.
+//!
+//! Values with `${…}` are [`Template`]s; what an unresolved placeholder means is each
+//! filter's rule in skipper: the header filters and `consistentHashKey` do nothing,
+//! `setPath`, `setQuery` and `dropQuery` use the text with the placeholder empty.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use regex::Regex;
 
-use super::query;
+pub use super::exchange::{Exchange, RequestInfo, Served};
+use super::{
+    query,
+    template::{Hash, Sink, Template},
+    values::{HeaderEdit, Values},
+};
+use crate::balance::rng;
 
 /// A filter.
 #[derive(Clone, Debug)]
@@ -20,20 +30,139 @@ pub enum Filter {
         /// Its Content-Type.
         content_type: HeaderValue,
     },
-    /// `setQuery(k, v)`.
-    SetQuery(String, String),
-    /// `modPath(/re/, "replacement")`.
+    /// `setQuery(k, v)`: the key set to the one value.
+    SetQuery(Template, Template),
+    /// `setQuery(q)`: the whole raw query replaced, as written (not escaped).
+    SetRawQuery(Template),
+    /// `dropQuery(k)`.
+    DropQuery(Template),
+    /// `modPath(/re/, "replacement")`: `$1`, `${name}` are the regexp's groups.
     ModPath(Regex, String),
     /// `redirectTo(code[, location])`.
     RedirectTo(StatusCode, Location),
-    /// `setRequestHeader(k, v)`.
-    SetRequestHeader(HeaderName, HeaderValue),
-    /// `setResponseHeader(k, v)`.
-    SetResponseHeader(HeaderName, HeaderValue),
-    /// `setPath(p)`.
-    SetPath(String),
-    /// `stripQuery()`.
-    StripQuery,
+    /// `setRequestHeader(k, v)`, `appendRequestHeader(k, v)`.
+    RequestHeader(HeaderName, HeaderTemplate, Mode),
+    /// `dropRequestHeader(k)`.
+    DropRequestHeader(HeaderName),
+    /// `setResponseHeader(k, v)`, `appendResponseHeader(k, v)`.
+    ResponseHeader(HeaderName, HeaderTemplate, Mode),
+    /// `dropResponseHeader(k)`.
+    DropResponseHeader(HeaderName),
+    /// `setPath(p)`: the template's text is a decoded path, escaped as Go escapes it.
+    SetPath(PathTemplate),
+    /// `stripQuery([preserve])`: `true` moves each pair into an
+    /// `X-Query-Param-<key>` request header.
+    StripQuery {
+        /// Whether the pairs become headers.
+        to_headers: bool,
+    },
+    /// `consistentHashKey(k)`: the key the consistent hash uses, when it resolves.
+    ConsistentHashKey(Template),
+}
+
+/// Whether a header filter replaces the header's values or adds one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `set…Header`
+    Set,
+    /// `append…Header`
+    Append,
+}
+
+/// A header value template; a value without placeholders is checked and built once.
+#[derive(Clone, Debug)]
+pub struct HeaderTemplate {
+    template: Template,
+    fixed: Option<HeaderValue>,
+}
+
+impl HeaderTemplate {
+    /// Compiles `template`.
+    ///
+    /// # Errors
+    /// A value without placeholders that is no valid header value.
+    pub fn new(template: Template) -> Result<Self, String> {
+        let fixed = match template.as_literal() {
+            Some(text) => Some(
+                HeaderValue::from_str(text)
+                    .map_err(|_| format!("{text:?} is not a valid header value"))?,
+            ),
+            None => None,
+        };
+        Ok(Self { template, fixed })
+    }
+
+    /// The template.
+    pub fn template(&self) -> &Template {
+        &self.template
+    }
+
+    /// The value for `v`, or `None` when a placeholder is unresolved (skipper then
+    /// leaves the header alone) or the text is no header value (a decoded query
+    /// value with a line break, say).
+    fn value(&self, v: &Values<'_>) -> Option<HeaderValue> {
+        if let Some(fixed) = &self.fixed {
+            return Some(fixed.clone());
+        }
+        let (bytes, ok) = self.template.apply_bytes(v);
+        if !ok {
+            return None;
+        }
+        HeaderValue::from_maybe_shared(Bytes::from(bytes)).ok()
+    }
+}
+
+/// A `setPath` template; a path without placeholders is escaped once.
+#[derive(Clone, Debug)]
+pub struct PathTemplate {
+    template: Template,
+    fixed: Option<String>,
+}
+
+impl PathTemplate {
+    /// Compiles `template`.
+    pub fn new(template: Template) -> Self {
+        let fixed = template.as_literal().map(|text| {
+            let mut out = PathOut(String::with_capacity(text.len() + 1));
+            out.put(text.as_bytes());
+            out.finish()
+        });
+        Self { template, fixed }
+    }
+
+    /// The template.
+    pub fn template(&self) -> &Template {
+        &self.template
+    }
+
+    fn path(&self, v: &Values<'_>) -> String {
+        if let Some(fixed) = &self.fixed {
+            return fixed.clone();
+        }
+        let mut out = PathOut(String::with_capacity(v.path.len() + 16));
+        // skipper sets the path whether or not every placeholder resolved.
+        let _ = self.template.apply_into(v, &mut out);
+        out.finish()
+    }
+}
+
+/// A path being written: bytes escaped as Go's `URL.EscapedPath` escapes a path.
+struct PathOut(String);
+
+impl Sink for PathOut {
+    fn put(&mut self, bytes: &[u8]) {
+        query::escape_path_into(&mut self.0, bytes);
+    }
+}
+
+impl PathOut {
+    /// The path as Go's client sends it: `/` for nothing, rooted otherwise.
+    fn finish(mut self) -> String {
+        if !self.0.starts_with('/') {
+            self.0.insert(0, '/');
+        }
+        self.0
+    }
 }
 
 /// A `redirectTo` location; parts left out are taken from the request.
@@ -85,83 +214,12 @@ impl Location {
     }
 }
 
-/// What a request became while its route's filters ran.
-#[derive(Debug, Default)]
-pub struct Exchange {
-    /// The path (filters may rewrite it).
-    pub path: String,
-    /// The raw query without `?`; empty for none.
-    pub query: String,
-    /// Request headers to set before forwarding.
-    pub request_headers: Vec<(HeaderName, HeaderValue)>,
-    /// An answer given by a filter: no backend is asked.
-    pub served: Option<Served>,
-    /// How many filters ran their request part (the response parts of those run).
-    pub ran: usize,
-    /// A filter changed the path or query: the backend gets `path`/`query` instead of
-    /// the request's own (which is forwarded as is, without copying, otherwise).
-    pub rewritten: bool,
-}
-
-impl Exchange {
-    /// The request's path and query as filters left them: an exchange starts with
-    /// copies only when the route has filters.
-    pub fn for_request(uri: &http::Uri, has_filters: bool) -> Self {
-        if !has_filters {
-            return Self::default();
-        }
-        Self {
-            path: uri.path().to_owned(),
-            query: uri.query().unwrap_or("").to_owned(),
-            ..Self::default()
-        }
-    }
-
-    /// The path the backend sees.
-    pub fn path<'a>(&'a self, uri: &'a http::Uri) -> &'a str {
-        if self.rewritten {
-            &self.path
-        } else {
-            uri.path()
-        }
-    }
-
-    /// The query the backend sees (without `?`).
-    pub fn query<'a>(&'a self, uri: &'a http::Uri) -> &'a str {
-        if self.rewritten {
-            &self.query
-        } else {
-            uri.query().unwrap_or("")
-        }
-    }
-}
-
-/// An answer a filter gave.
-#[derive(Debug)]
-pub enum Served {
-    /// `inlineContent`.
-    Inline {
-        /// Body.
-        body: Bytes,
-        /// Content-Type.
-        content_type: HeaderValue,
-    },
-    /// `redirectTo`.
-    Redirect {
-        /// Status.
-        status: StatusCode,
-        /// The Location value.
-        location: String,
-    },
-}
-
 /// Runs the request parts of `filters` in order, up to the first that answers.
-/// `scheme` and `host` are the request's, for redirects.
-pub fn on_request(filters: &[Filter], ex: &mut Exchange, scheme: &str, host: &str) {
+pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) {
     for (i, f) in filters.iter().enumerate() {
         ex.ran = i + 1;
         match f {
-            Filter::Status(_) | Filter::SetResponseHeader(..) => {}
+            Filter::Status(_) | Filter::ResponseHeader(..) | Filter::DropResponseHeader(_) => {}
             Filter::InlineContent { body, content_type } => {
                 ex.served = Some(Served::Inline {
                     body: body.clone(),
@@ -170,7 +228,19 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, scheme: &str, host: &st
                 return;
             }
             Filter::SetQuery(k, v) => {
-                ex.query = query::set(&ex.query, k, v);
+                let values = req.values(ex, None);
+                let (k, _) = k.apply(&values);
+                let (v, _) = v.apply(&values);
+                ex.query = query::set(&ex.query, &k, &v);
+                ex.rewritten = true;
+            }
+            Filter::SetRawQuery(q) => {
+                ex.query = q.apply(&req.values(ex, None)).0;
+                ex.rewritten = true;
+            }
+            Filter::DropQuery(k) => {
+                let (k, _) = k.apply(&req.values(ex, None));
+                ex.query = query::drop(&ex.query, &k);
                 ex.rewritten = true;
             }
             Filter::ModPath(re, with) => {
@@ -182,35 +252,72 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, scheme: &str, host: &st
             Filter::RedirectTo(status, loc) => {
                 ex.served = Some(Served::Redirect {
                     status: *status,
-                    location: location(loc, ex, scheme, host),
+                    location: location(loc, ex, req.scheme, req.host),
                 });
                 return;
             }
-            Filter::SetRequestHeader(k, v) => ex.request_headers.push((k.clone(), v.clone())),
+            Filter::RequestHeader(name, value, mode) => {
+                if let Some(value) = value.value(&req.values(ex, None)) {
+                    ex.edits.push(match mode {
+                        Mode::Set => HeaderEdit::Set(name.clone(), value),
+                        Mode::Append => HeaderEdit::Append(name.clone(), value),
+                    });
+                }
+            }
+            Filter::DropRequestHeader(name) => ex.edits.push(HeaderEdit::Drop(name.clone())),
             Filter::SetPath(p) => {
-                p.clone_into(&mut ex.path);
+                ex.path = p.path(&req.values(ex, None));
                 ex.rewritten = true;
             }
-            Filter::StripQuery => {
+            Filter::StripQuery { to_headers } => {
+                if *to_headers {
+                    for (k, v) in query::pairs(&ex.query) {
+                        let name = HeaderName::from_bytes(query::param_header_name(&k).as_bytes());
+                        // A decoded value with a line break cannot be a header.
+                        if let (Ok(name), Ok(value)) = (name, HeaderValue::from_str(&v)) {
+                            ex.edits.push(HeaderEdit::Append(name, value));
+                        }
+                    }
+                }
                 ex.rewritten |= !ex.query.is_empty();
                 ex.query.clear();
+            }
+            Filter::ConsistentHashKey(t) => {
+                let mut h = Hash(rng::FNV_START);
+                if t.apply_into(&req.values(ex, None), &mut h) {
+                    ex.key = Some(h.0);
+                }
             }
         }
     }
 }
 
-/// Runs the response parts of the filters that ran, last first.
+/// Runs the response parts of the filters that ran, last first. `req` is what the
+/// response templates read of the request (see [`RequestInfo`]).
 pub fn on_response(
     filters: &[Filter],
-    ran: usize,
+    ex: &Exchange,
+    req: &RequestInfo<'_>,
     status: &mut StatusCode,
     headers: &mut HeaderMap,
 ) {
-    for f in filters[..ran].iter().rev() {
+    for f in filters[..ex.ran].iter().rev() {
         match f {
             Filter::Status(s) => *status = *s,
-            Filter::SetResponseHeader(k, v) => {
-                headers.insert(k.clone(), v.clone());
+            Filter::ResponseHeader(name, value, mode) => {
+                if let Some(value) = value.value(&req.values(ex, Some(headers))) {
+                    match mode {
+                        Mode::Set => {
+                            headers.insert(name.clone(), value);
+                        }
+                        Mode::Append => {
+                            headers.append(name.clone(), value);
+                        }
+                    }
+                }
+            }
+            Filter::DropResponseHeader(name) => {
+                headers.remove(name);
             }
             _ => {}
         }

@@ -13,22 +13,29 @@
 
 mod args;
 mod error;
+mod exchange;
 pub mod filter;
-pub mod key;
+pub mod params;
 pub mod path;
 pub mod predicate;
 pub mod query;
+pub mod template;
+#[cfg(test)]
+mod template_tests;
 #[cfg(test)]
 mod tests;
+pub mod values;
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
 use arc_swap::ArcSwap;
 use args::Args;
 pub use error::{RouteError, RouteProblem, RoutesError};
-pub use filter::{Exchange, Filter, Served};
-pub use key::{KeySource, KeyTemplate};
+pub use exchange::{Exchange, RequestInfo, Served, client_source};
+pub use filter::Filter;
+use params::ParamRef;
 use predicate::{PathMatch, Predicate, RequestView};
+use template::Template;
 
 use super::{
     accesslog::StatusSet,
@@ -60,8 +67,6 @@ pub struct Pool {
     fade: Option<FadeIn>,
     /// `endpointCreated` times by authority.
     created: HashMap<String, SystemTime>,
-    /// `consistentHashKey`.
-    pub key: Option<KeyTemplate>,
 }
 
 /// One compiled route.
@@ -73,6 +78,9 @@ pub struct Route {
     predicates: Vec<Predicate>,
     /// Filters acting per request, in order.
     pub filters: Vec<Filter>,
+    /// Whether a response filter's template reads the request's headers, client
+    /// address or path parameters: only then does the proxy keep them for it.
+    pub response_reads_request: bool,
     /// Backend.
     pub backend: Backend,
     /// `enableAccessLog`/`disableAccessLog`, if the route has one (last wins).
@@ -230,18 +238,6 @@ impl RouteTable {
 }
 
 impl Pool {
-    /// The consistent-hash key of a request: the route's `consistentHashKey`, or the
-    /// client address (`src.source`) when there is no template or it comes out empty.
-    /// The proxy and `lbctl routes` both use this, so a prediction is the real pick.
-    pub fn key_hash(&self, src: &KeySource<'_>) -> u64 {
-        self.key
-            .as_ref()
-            .and_then(|k| k.hash(src))
-            .unwrap_or_else(|| {
-                super::balance::rng::fnv(super::balance::rng::FNV_START, src.source.as_bytes())
-            })
-    }
-
     fn build(&self, specs: &[EndpointSpec], registry: &Registry, now: SystemTime) -> EndpointSet {
         if self.created.is_empty() {
             return EndpointSet::build(specs, self.fade, registry, now);
@@ -264,7 +260,6 @@ struct Settings {
     mask_query: Vec<String>,
     fade: Option<FadeIn>,
     created: HashMap<String, SystemTime>,
-    key: Option<KeyTemplate>,
     balance_factor: Option<f64>,
 }
 
@@ -285,10 +280,12 @@ fn compile_route(
             Err(e) => errors.push(e),
         }
     }
+    let params = path.as_ref().map(params::of).unwrap_or_default();
+    let param = |name: &str| params::find(&params, name);
     let mut filters = Vec::new();
     let mut settings = Settings::default();
     for call in &r.filters {
-        match compile_filter(&Args { call, route: &r.id }, &mut settings) {
+        match compile_filter(&Args { call, route: &r.id }, &mut settings, &param) {
             Ok(Some(f)) => filters.push(f),
             Ok(None) => {}
             Err(e) => errors.push(e),
@@ -305,11 +302,15 @@ fn compile_route(
     };
     let (class, literal) = path.as_ref().map_or((0, 0), PathMatch::specificity);
     let count = predicates.len() + usize::from(path.is_some());
+    let response_reads_request = filters
+        .iter()
+        .any(|f| matches!(f, Filter::ResponseHeader(_, v, _) if v.template().reads_request()));
     Ok(Route {
         id: r.id.clone(),
         path,
         predicates,
         filters,
+        response_reads_request,
         backend,
         access_log: settings.access_log,
         mask_query: settings.mask_query.into(),
@@ -378,7 +379,13 @@ fn compile_predicate(
 }
 
 /// A filter that acts per request, or `None` for one that configures the route.
-fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, RouteError> {
+/// `param` finds the route's path parameters for templates.
+fn compile_filter(
+    a: &Args<'_>,
+    s: &mut Settings,
+    param: &dyn Fn(&str) -> Option<ParamRef>,
+) -> Result<Option<Filter>, RouteError> {
+    let template = |i: usize| a.str(i).map(|text| Template::new(text, param));
     Ok(Some(match a.call.name.as_str() {
         "status" => {
             a.count(1, 1, "one status code")?;
@@ -398,8 +405,16 @@ fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, Rout
             }
         }
         "setQuery" => {
-            a.count(2, 2, "a key and a value")?;
-            Filter::SetQuery(a.str(0)?.to_owned(), a.str(1)?.to_owned())
+            a.count(1, 2, "a key and a value, or a whole query")?;
+            if a.len() == 1 {
+                Filter::SetRawQuery(template(0)?)
+            } else {
+                Filter::SetQuery(template(0)?, template(1)?)
+            }
+        }
+        "dropQuery" => {
+            a.count(1, 1, "one key")?;
+            Filter::DropQuery(template(0)?)
         }
         "modPath" => {
             a.count(2, 2, "a regexp and a replacement")?;
@@ -418,26 +433,41 @@ fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, Rout
             };
             Filter::RedirectTo(status, loc)
         }
-        "setRequestHeader" | "setResponseHeader" => {
+        name @ ("setRequestHeader"
+        | "appendRequestHeader"
+        | "setResponseHeader"
+        | "appendResponseHeader") => {
             a.count(2, 2, "a name and a value")?;
-            let (k, v) = (a.header_name(0)?, a.header_value(1)?);
-            if a.call.name == "setRequestHeader" {
-                Filter::SetRequestHeader(k, v)
+            let k = a.header_name(0)?;
+            let v = filter::HeaderTemplate::new(template(1)?).map_err(|e| a.fail(e))?;
+            let mode = if name.starts_with("set") {
+                filter::Mode::Set
             } else {
-                Filter::SetResponseHeader(k, v)
+                filter::Mode::Append
+            };
+            if name.ends_with("RequestHeader") {
+                Filter::RequestHeader(k, v, mode)
+            } else {
+                Filter::ResponseHeader(k, v, mode)
+            }
+        }
+        "dropRequestHeader" | "dropResponseHeader" => {
+            a.count(1, 1, "one header name")?;
+            let k = a.header_name(0)?;
+            if a.call.name == "dropRequestHeader" {
+                Filter::DropRequestHeader(k)
+            } else {
+                Filter::DropResponseHeader(k)
             }
         }
         "setPath" => {
             a.count(1, 1, "one path")?;
-            let p = a.str(0)?;
-            if !p.starts_with('/') {
-                return Err(a.fail(format!("{p:?} must start with `/`")));
-            }
-            Filter::SetPath(p.to_owned())
+            Filter::SetPath(filter::PathTemplate::new(template(0)?))
         }
         "stripQuery" => {
-            a.count(0, 0, "no arguments")?;
-            Filter::StripQuery
+            // skipper reads one argument, `"true"` in any case, and ignores more.
+            let to_headers = a.len() == 1 && a.str(0)?.eq_ignore_ascii_case("true");
+            Filter::StripQuery { to_headers }
         }
         "enableAccessLog" | "disableAccessLog" => {
             let nums = (0..a.len())
@@ -484,8 +514,7 @@ fn compile_filter(a: &Args<'_>, s: &mut Settings) -> Result<Option<Filter>, Rout
         }
         "consistentHashKey" => {
             a.count(1, 1, "one key template")?;
-            s.key = Some(KeyTemplate::parse(a.str(0)?).map_err(|e| a.fail(e))?);
-            return Ok(None);
+            Filter::ConsistentHashKey(template(0)?)
         }
         "consistentHashBalanceFactor" => {
             a.count(1, 1, "one number")?;
@@ -550,7 +579,6 @@ fn compile_backend(
         service,
         fade: s.fade,
         created: std::mem::take(&mut s.created),
-        key: s.key.take(),
     };
     let initial = if service {
         cx.service_endpoints
@@ -562,8 +590,10 @@ fn compile_backend(
     Ok(Backend::Pool(Arc::new(pool)))
 }
 
-/// `http://host[:port][/]` → `host:port`. Other schemes and paths are refused: the
-/// proxy speaks plain HTTP to its backends and does not prefix paths.
+/// `http://host[:port][/path][?query]` → `host:port`. As in skipper (`net.SchemeHost`),
+/// a backend is its scheme and host: a path or query in the URL is ignored, and the
+/// backend gets the request's path. Other schemes are refused: the proxy speaks plain
+/// HTTP to its backends.
 pub fn endpoint_authority(url: &str) -> Result<String, String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
         if url.starts_with("https://") {
@@ -572,10 +602,7 @@ pub fn endpoint_authority(url: &str) -> Result<String, String> {
             format!("{url:?} is not an http:// URL")
         }
     })?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    if !(path.is_empty() || path == "/") {
-        return Err(format!("{url:?}: backend URLs cannot have a path"));
-    }
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     if authority.is_empty() {
         return Err(format!("{url:?} has no host"));
     }

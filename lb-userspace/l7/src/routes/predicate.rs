@@ -8,8 +8,14 @@ pub enum PathMatch {
     /// `Path("/a/:id/*rest")`: literal segments, `:name` one non-empty segment, a
     /// final `*name` the rest (possibly empty).
     Pattern(Vec<Segment>),
-    /// `PathSubtree("/base")`: `/base`, `/base/` and everything below.
-    Subtree(String),
+    /// `PathSubtree("/base")`: `/base`, `/base/` and everything below; `tail` names
+    /// the parameter holding the rest (`*`, or `name` from `/base/*name`).
+    Subtree {
+        /// The base without a trailing slash (`""` for `/`).
+        base: String,
+        /// The tail parameter's name.
+        tail: String,
+    },
 }
 
 /// One segment of a `Path` pattern.
@@ -18,9 +24,9 @@ pub enum Segment {
     /// Must equal this.
     Literal(String),
     /// `:name`
-    Param,
-    /// `*name`, last only.
-    Rest,
+    Param(String),
+    /// `*name`, last only: at least one character.
+    Rest(String),
 }
 
 impl PathMatch {
@@ -32,34 +38,47 @@ impl PathMatch {
         let parts: Vec<&str> = rest.split('/').collect();
         let mut segments = Vec::with_capacity(parts.len());
         for (i, p) in parts.iter().enumerate() {
-            segments.push(if p.starts_with(':') && p.len() > 1 {
-                Segment::Param
-            } else if p.starts_with('*') && p.len() > 1 {
-                if i + 1 != parts.len() {
-                    return Err(format!(
-                        "path {text:?}: a `*` wildcard must be the last segment"
-                    ));
-                }
-                Segment::Rest
-            } else {
-                Segment::Literal((*p).to_owned())
-            });
+            segments.push(
+                if let Some(name) = p.strip_prefix(':').filter(|n| !n.is_empty()) {
+                    Segment::Param(name.to_owned())
+                } else if let Some(name) = p.strip_prefix('*').filter(|n| !n.is_empty()) {
+                    if i + 1 != parts.len() {
+                        return Err(format!(
+                            "path {text:?}: a `*` wildcard must be the last segment"
+                        ));
+                    }
+                    Segment::Rest(name.to_owned())
+                } else {
+                    Segment::Literal((*p).to_owned())
+                },
+            );
         }
         Ok(Self::Pattern(segments))
     }
 
-    /// Parses a `PathSubtree` base (a trailing `/` is ignored).
+    /// Parses a `PathSubtree` base (a trailing `/` is ignored; a final `/*name` or
+    /// `/*` names the tail parameter).
     pub fn subtree(text: &str) -> Result<Self, String> {
         if !text.starts_with('/') {
             return Err(format!("path {text:?} must start with `/`"));
         }
-        Ok(Self::Subtree(text.trim_end_matches('/').to_owned()))
+        let (base, tail) = match text.rsplit_once('/') {
+            Some((base, last)) if last.starts_with('*') => {
+                let name = &last[1..];
+                (base, if name.is_empty() { "*" } else { name })
+            }
+            _ => (text, "*"),
+        };
+        Ok(Self::Subtree {
+            base: base.trim_end_matches('/').to_owned(),
+            tail: tail.to_owned(),
+        })
     }
 
     /// Whether `path` (without the query) matches.
     pub fn matches(&self, path: &str) -> bool {
         match self {
-            Self::Subtree(base) => path
+            Self::Subtree { base, .. } => path
                 .strip_prefix(base.as_str())
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
             Self::Pattern(segments) => {
@@ -69,8 +88,10 @@ impl PathMatch {
                 let mut parts = rest.split('/');
                 for seg in segments {
                     match seg {
-                        Segment::Rest => return true,
-                        Segment::Param => match parts.next() {
+                        // skipper's tree matches a named tail only when something
+                        // follows its slash.
+                        Segment::Rest(_) => return parts.next().is_some_and(|p| !p.is_empty()),
+                        Segment::Param(_) => match parts.next() {
                             Some(p) if !p.is_empty() => {}
                             _ => return false,
                         },
@@ -101,14 +122,14 @@ impl PathMatch {
                     .sum();
                 let class = if segs.iter().all(|s| matches!(s, Segment::Literal(_))) {
                     4
-                } else if segs.contains(&Segment::Rest) {
+                } else if segs.iter().any(|s| matches!(s, Segment::Rest(_))) {
                     2
                 } else {
                     3
                 };
                 (class, literal)
             }
-            Self::Subtree(base) => (2, base.len()),
+            Self::Subtree { base, .. } => (2, base.len()),
         }
     }
 }

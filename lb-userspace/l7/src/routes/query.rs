@@ -2,13 +2,28 @@
 //! `setQuery` sees the same query from us as from skipper: pairs decoded, the key set,
 //! keys sorted, everything re-encoded with `QueryEscape`.
 
+use super::template::Sink;
+
 /// `query` with `key` set to the single value `value` (added if absent).
 pub fn set(query: &str, key: &str, value: &str) -> String {
     let mut pairs: Vec<(String, String)> = pairs(query).filter(|(k, _)| k != key).collect();
     pairs.push((key.to_owned(), value.to_owned()));
-    // Go keeps a key's values in order and sorts the keys: a stable sort by key.
+    encode(pairs, query.len() + key.len() + value.len() + 2)
+}
+
+/// `query` without `key` (skipper's `dropQuery`): re-encoded like [`set`], so the keys
+/// come out sorted even when `key` was not there.
+pub fn drop(query: &str, key: &str) -> String {
+    encode(
+        pairs(query).filter(|(k, _)| k != key).collect(),
+        query.len(),
+    )
+}
+
+/// Go's `Values.Encode`: keys sorted, a key's values in their order.
+fn encode(mut pairs: Vec<(String, String)>, capacity: usize) -> String {
     pairs.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out = String::with_capacity(query.len() + key.len() + value.len() + 2);
+    let mut out = String::with_capacity(capacity);
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
             out.push('&');
@@ -20,12 +35,142 @@ pub fn set(query: &str, key: &str, value: &str) -> String {
     out
 }
 
-/// The decoded `(key, value)` pairs; pairs with a bad escape are skipped (as Go does).
+/// The decoded `(key, value)` pairs as Go's `ParseQuery` keeps them: pairs with a bad
+/// escape or a `;` are skipped.
 pub fn pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    query.split('&').filter(|p| !p.is_empty()).filter_map(|p| {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        Some((unescape(k)?, unescape(v)?))
+    raw_pairs(query).filter_map(|(k, v)| Some((unescape(k)?, unescape(v)?)))
+}
+
+/// The `(key, value)` pairs before decoding, as [`pairs`] keeps them.
+fn raw_pairs(query: &str) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.contains(';'))
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
+}
+
+/// Writes the first value of `name` decoded (Go's `Query().Get`); `false` when there
+/// is none or it is empty. Nothing is allocated: keys are compared as they decode.
+pub fn first_value_into(query: &str, name: &str, out: &mut impl Sink) -> bool {
+    let found = raw_pairs(query).find(|(k, v)| {
+        decoded(k, true).map(|b| b.ok()).eq(name.bytes().map(Some))
+            && decoded(v, true).all(|b| b.is_ok())
+            && decoded(k, true).all(|b| b.is_ok())
+    });
+    let Some((_, v)) = found else { return false };
+    let mut any = false;
+    for b in decoded(v, true).flatten() {
+        out.put(&[b]);
+        any = true;
+    }
+    any
+}
+
+/// Writes a path percent-decoded (Go's `URL.Path`: `+` stays); `false` when it is
+/// empty. A malformed escape is written as it is.
+pub fn path_unescape_into(path: &str, out: &mut impl Sink) -> bool {
+    if decoded(path, false).all(|b| b.is_ok()) {
+        for b in decoded(path, false).flatten() {
+            out.put(&[b]);
+        }
+    } else {
+        out.put(path.as_bytes());
+    }
+    !path.is_empty()
+}
+
+/// The bytes `s` decodes to, `Err` at a malformed escape; `plus` decodes `+` as a
+/// space (queries).
+fn decoded(s: &str, plus: bool) -> impl Iterator<Item = Result<u8, ()>> + '_ {
+    let b = s.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let c = *b.get(i)?;
+        i += 1;
+        Some(match c {
+            b'+' if plus => Ok(b' '),
+            b'%' => {
+                let hex = |j: usize| b.get(j).and_then(|d| char::from(*d).to_digit(16));
+                match (hex(i), hex(i + 1)) {
+                    (Some(hi), Some(lo)) => {
+                        i += 2;
+                        // Two hex digits are at most 0xff.
+                        Ok((hi * 16 + lo) as u8)
+                    }
+                    _ => {
+                        i = b.len();
+                        Err(())
+                    }
+                }
+            }
+            c => Ok(c),
+        })
     })
+}
+
+/// Appends `decoded` escaped as Go escapes a path (`URL.EscapedPath` of a path a
+/// filter set): unreserved bytes and `$&+,/:;=@` kept, the rest `%XX`.
+pub fn escape_path_into(out: &mut String, decoded: &[u8]) {
+    for &c in decoded {
+        match c {
+            b'A'..=b'Z'
+            | b'a'..=b'z'
+            | b'0'..=b'9'
+            | b'-'
+            | b'_'
+            | b'.'
+            | b'~'
+            | b'$'
+            | b'&'
+            | b'+'
+            | b','
+            | b'/'
+            | b':'
+            | b';'
+            | b'='
+            | b'@' => out.push(char::from(c)),
+            _ => push_hex(out, c),
+        }
+    }
+}
+
+/// The header skipper's `stripQuery("true")` moves a query key into:
+/// `X-Query-Param-` and the key's characters that Go's `strconv.QuoteToASCII` leaves as
+/// letters, digits or `-` (so `a_b` gives `ab`, `é` gives `u00e9`, a newline `n`).
+pub fn param_header_name(key: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(14 + key.len());
+    out.push_str("x-query-param-");
+    for c in key.chars() {
+        match c {
+            'A'..='Z' | 'a'..='z' | '0'..='9' | '-' => out.push(c),
+            ' '..='~' => {}
+            '\u{7}' => out.push('a'),
+            '\u{8}' => out.push('b'),
+            '\u{c}' => out.push('f'),
+            '\n' => out.push('n'),
+            '\r' => out.push('r'),
+            '\t' => out.push('t'),
+            '\u{b}' => out.push('v'),
+            c if u32::from(c) < 0x80 => {
+                let _ = write!(out, "x{:02x}", u32::from(c));
+            }
+            c if u32::from(c) < 0x1_0000 => {
+                let _ = write!(out, "u{:04x}", u32::from(c));
+            }
+            c => {
+                let _ = write!(out, "U{:08x}", u32::from(c));
+            }
+        }
+    }
+    out
+}
+
+fn push_hex(out: &mut String, c: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(char::from(HEX[usize::from(c >> 4)]));
+    out.push(char::from(HEX[usize::from(c & 15)]));
 }
 
 /// Decodes `%XX` and `+` (space).
@@ -58,12 +203,7 @@ pub fn escape_into(out: &mut String, s: &str) {
                 out.push(char::from(c));
             }
             b' ' => out.push('+'),
-            _ => {
-                const HEX: &[u8; 16] = b"0123456789ABCDEF";
-                out.push('%');
-                out.push(char::from(HEX[usize::from(c >> 4)]));
-                out.push(char::from(HEX[usize::from(c & 15)]));
-            }
+            _ => push_hex(out, c),
         }
     }
 }
