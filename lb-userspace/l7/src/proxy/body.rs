@@ -23,7 +23,7 @@ use super::activity::Activity;
 use crate::{
     accesslog::{AccessLog, Entry},
     balance::InFlight,
-    routes::Exchange,
+    routes::{Exchange, values::HeaderEdit},
 };
 
 /// A request body to a backend: the client's, or none (retries only resend requests
@@ -112,6 +112,24 @@ fn bytes(h: &Option<HeaderValue>) -> &[u8] {
 }
 
 impl LogRecord {
+    /// The field of the line that shows request header `name`, if one does.
+    fn logged_header(&mut self, name: &HeaderName) -> Option<&mut Option<HeaderValue>> {
+        if name == header::REFERER {
+            Some(&mut self.referer)
+        } else if name == header::USER_AGENT {
+            Some(&mut self.user_agent)
+        } else if name == FLOW_ID {
+            Some(&mut self.flow_id)
+        } else if name == AUDIT {
+            Some(&mut self.audit)
+        } else if name == FORWARDED_FOR {
+            // Set by the route's author, so trusted like a trusted proxy's.
+            Some(&mut self.forwarded_for)
+        } else {
+            None
+        }
+    }
+
     /// Takes in what the route's request filters changed that skipper's line shows.
     /// Skipper logs the request object its filters modified in place: headers set by
     /// `setRequestHeader` are logged with their new values, and a masked query is the
@@ -119,22 +137,20 @@ impl LogRecord {
     /// request URI, which no filter touches), and so does the Host header (skipper
     /// logs the request's host, not the outgoing one).
     pub fn after_filters(&mut self, ex: &Exchange) {
-        for (name, value) in &ex.request_headers {
-            let slot = if name == header::REFERER {
-                &mut self.referer
-            } else if name == header::USER_AGENT {
-                &mut self.user_agent
-            } else if name == FLOW_ID {
-                &mut self.flow_id
-            } else if name == AUDIT {
-                &mut self.audit
-            } else if name == FORWARDED_FOR {
-                // Set by the route's author, so trusted like a trusted proxy's.
-                &mut self.forwarded_for
-            } else {
+        for edit in &ex.edits {
+            let (name, value, append) = match edit {
+                HeaderEdit::Set(name, value) => (name, Some(value), false),
+                HeaderEdit::Append(name, value) => (name, Some(value), true),
+                HeaderEdit::Drop(name) => (name, None, false),
+            };
+            let Some(slot) = self.logged_header(name) else {
                 continue;
             };
-            *slot = Some(value.clone());
+            // The line shows a header's first value, as Go's `Header.Get` does: an
+            // appended value shows only where there was none.
+            if !(append && slot.is_some()) {
+                *slot = value.cloned();
+            }
         }
         if !self.mask.is_empty() && ex.query(&self.uri) != self.uri.query().unwrap_or("") {
             self.filtered_query = Some(ex.query(&self.uri).into());
@@ -319,10 +335,13 @@ mod tests {
         let ex = Exchange {
             query: "lang=pt&token=s".to_owned(),
             rewritten: true,
-            request_headers: vec![
-                (FLOW_ID.clone(), HeaderValue::from_static("F9")),
-                (header::USER_AGENT, HeaderValue::from_static("set")),
-                (header::HOST, HeaderValue::from_static("other.example")),
+            edits: vec![
+                HeaderEdit::Set(FLOW_ID.clone(), HeaderValue::from_static("F9")),
+                HeaderEdit::Set(header::USER_AGENT, HeaderValue::from_static("set")),
+                HeaderEdit::Set(header::HOST, HeaderValue::from_static("other.example")),
+                HeaderEdit::Append(header::USER_AGENT, HeaderValue::from_static("second")),
+                HeaderEdit::Set(header::REFERER, HeaderValue::from_static("r")),
+                HeaderEdit::Drop(header::REFERER),
             ],
             ..Exchange::default()
         };
@@ -330,7 +349,12 @@ mod tests {
         masked.after_filters(&ex);
         assert_eq!(masked.filtered_query.as_deref(), Some("lang=pt&token=s"));
         assert_eq!(bytes(&masked.flow_id), b"F9");
-        assert_eq!(bytes(&masked.user_agent), b"set");
+        assert_eq!(
+            bytes(&masked.user_agent),
+            b"set",
+            "an appended value is a second one"
+        );
+        assert_eq!(masked.referer, None, "dropped");
         assert_eq!(masked.host, None);
         let mut plain = record("/a?token=s", &[]);
         plain.after_filters(&ex);
