@@ -339,7 +339,9 @@ fn bad_route_files_are_refused_and_the_routes_in_force_serve() {
         })
         .collect();
     for (arg, shown) in [
-        ("1e23", "100000000000000000000000"),
+        // Written out: eskip numbers have no exponent (skipper's lexer), so `1e23`
+        // is a syntax error, not this range check.
+        ("100000000000000000000000", "100000000000000000000000"),
         ("18446744073709551615", "18446744073709552000"),
     ] {
         cases.push((
