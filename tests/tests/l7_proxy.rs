@@ -455,6 +455,7 @@ fn slow_backends_get_504_slow_clients_are_cut_and_connections_are_capped() {
             let c = client(false);
             let slow = get(&c, &url(80, "/slow/1000")).await.expect("answer");
             assert_eq!(slow.status, 504, "a backend slower than request_timeout");
+            assert_eq!(slow.body, "Gateway Timeout\n", "skipper's answer");
             assert_eq!(
                 get(&c, &url(80, "/slow/10")).await.expect("answer").status,
                 200
@@ -671,6 +672,50 @@ fn templates_and_filter_variants_reach_the_backend_as_in_skipper() {
             assert_eq!(a.header("x-seen"), "in-0");
             let a = get(&c, &url(86, "/files/x")).await.expect("files");
             assert_eq!(a.header("x-seen"), "", "an unresolved placeholder sets no header");
+        });
+        proxy.shutdown();
+    });
+}
+
+/// The proxy's own answers as skipper's `makeErrorResponse` gives them: no route 404,
+/// a backend that refuses the connection 502, a pool without endpoints 503; each the
+/// status's reason phrase and a line feed, as text/plain with `nosniff`.
+#[test]
+fn no_route_and_backend_failures_get_skippers_answers() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        // Nothing listens on backend 1: connecting is refused.
+        let routes = format!(
+            r#"dead: Path("/dead") -> "http://{}";
+               empty: Path("/empty") -> <roundRobin>;"#,
+            backend_addr(1, 80)
+        );
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let errors = proxy.apply(&[service("web", 87, Some(&routes), vec![])]);
+        assert!(errors.is_empty(), "{errors:?}");
+        rt.block_on(async {
+            let c = client(false);
+            for (path, status, body) in [
+                ("/nothing-here", 404, "Not Found\n"),
+                ("/dead", 502, "Bad Gateway\n"),
+                ("/empty", 503, "Service Unavailable\n"),
+            ] {
+                let a = get(&c, &url(87, path)).await.expect("answer");
+                assert_eq!((a.status, a.body.as_str()), (status, body), "{path}");
+                assert_eq!(
+                    a.headers.get("content-type").map(|v| v.as_bytes()),
+                    Some(&b"text/plain; charset=utf-8"[..]),
+                    "{path}"
+                );
+                assert_eq!(
+                    a.headers
+                        .get("x-content-type-options")
+                        .map(|v| v.as_bytes()),
+                    Some(&b"nosniff"[..]),
+                    "{path}"
+                );
+            }
         });
         proxy.shutdown();
     });

@@ -98,11 +98,7 @@ impl ServiceState {
             if self.shared.log_default {
                 finish.log = self.log_record(&parts, peer, trusted, time, status, None);
             }
-            return finished(
-                plain(status, Bytes::from_static(b"Route not found\n"), None),
-                finish,
-                version,
-            );
+            return finished(proxy_error(status), finish, version);
         };
         let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
         let info = RequestInfo {
@@ -208,13 +204,14 @@ impl ServiceState {
         finished(response, finish, version)
     }
 
+    /// The answer when the backend could not answer, as skipper's proxy gives it:
+    /// a failed connect 502, no response head within `request_timeout` 504, no
+    /// endpoint to ask 503, a client body that does not frame 400.
     fn failure(&self, f: Failure) -> Response<Out> {
-        let (status, text) = match f {
-            Failure::NoEndpoints => (StatusCode::SERVICE_UNAVAILABLE, "no healthy endpoint\n"),
-            Failure::Unreachable | Failure::Upstream => {
-                (StatusCode::BAD_GATEWAY, "backend failed\n")
-            }
-            Failure::Timeout => (StatusCode::GATEWAY_TIMEOUT, "backend timed out\n"),
+        let status = match f {
+            Failure::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+            Failure::Unreachable | Failure::Upstream => StatusCode::BAD_GATEWAY,
+            Failure::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Failure::ClientBody => {
                 self.shared
                     .connections
@@ -222,15 +219,11 @@ impl ServiceState {
                     .fetch_add(1, Ordering::Relaxed);
                 // hyper closes the connection after a body it could not read: the
                 // rest of the stream cannot frame a next request.
-                return plain(
-                    StatusCode::BAD_REQUEST,
-                    Bytes::from_static(b"malformed request body\n"),
-                    None,
-                );
+                return proxy_error(StatusCode::BAD_REQUEST);
             }
         };
         self.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
-        plain(status, Bytes::from_static(text.as_bytes()), None)
+        proxy_error(status)
     }
 
     fn log_record(
@@ -283,6 +276,20 @@ struct Kept {
 enum Out {
     Inline(Bytes),
     Upstream(Incoming),
+}
+
+/// An answer of the proxy's own for a request it could not route or forward, as
+/// skipper's `makeErrorResponse` writes it: the status's reason phrase and a line feed
+/// as a plain-text body, with `X-Content-Type-Options: nosniff`. (skipper also adds
+/// `Server: Skipper`, which is not ours to send.)
+fn proxy_error(status: StatusCode) -> Response<Out> {
+    let text = format!("{}\n", status.canonical_reason().unwrap_or(""));
+    let mut r = plain(status, Bytes::from(text), None);
+    r.headers_mut().insert(
+        http::HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
+    r
 }
 
 fn plain(status: StatusCode, body: Bytes, content_type: Option<HeaderValue>) -> Response<Out> {
