@@ -679,7 +679,8 @@ fn templates_and_filter_variants_reach_the_backend_as_in_skipper() {
 
 /// The proxy's own answers as skipper's `makeErrorResponse` gives them: no route 404,
 /// a backend that refuses the connection 502, a pool without endpoints 503; each the
-/// status's reason phrase and a line feed, as text/plain with `nosniff`.
+/// status's reason phrase and a line feed, as text/plain with `nosniff`. And
+/// `redirectTo`'s default scheme (`redirect.go`: https for a server request).
 #[test]
 fn no_route_and_backend_failures_get_skippers_answers() {
     lb_testbed::needs_root!();
@@ -688,7 +689,8 @@ fn no_route_and_backend_failures_get_skippers_answers() {
         // Nothing listens on backend 1: connecting is refused.
         let routes = format!(
             r#"dead: Path("/dead") -> "http://{}";
-               empty: Path("/empty") -> <roundRobin>;"#,
+               empty: Path("/empty") -> <roundRobin>;
+               moved: Path("/moved") -> redirectTo(302, "/new") -> <shunt>;"#,
             backend_addr(1, 80)
         );
         let mut proxy = proxy_with(&L7Config::default(), None);
@@ -716,6 +718,14 @@ fn no_route_and_backend_failures_get_skippers_answers() {
                     "{path}"
                 );
             }
+            // redirectTo without a scheme: skipper's server requests have none, so the
+            // Location is https, with the request's host and query.
+            let a = get(&c, &url(87, "/moved?x=1")).await.expect("answer");
+            assert_eq!(a.status, 302);
+            assert_eq!(
+                a.headers.get("location").map(|v| v.as_bytes()),
+                Some(format!("https://{VIP}:87/new?x=1").as_bytes()),
+            );
         });
         proxy.shutdown();
     });

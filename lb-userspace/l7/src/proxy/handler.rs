@@ -101,9 +101,10 @@ impl ServiceState {
             return finished(proxy_error(status), finish, version);
         };
         let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
+        let scheme = request_scheme(&parts);
         let info = RequestInfo {
             method: parts.method.as_str(),
-            scheme: "http",
+            scheme,
             host: head.host,
             headers: &parts.headers,
             routing_path: &head.path,
@@ -176,7 +177,7 @@ impl ServiceState {
         let empty = http::HeaderMap::new();
         let info = RequestInfo {
             method: method.as_str(),
-            scheme: "http",
+            scheme,
             host: kept.as_ref().map_or("", |k| &k.host),
             headers: kept.as_ref().map_or(&empty, |k| &k.headers),
             routing_path: kept.as_ref().map_or("", |k| &k.routing_path),
@@ -276,6 +277,17 @@ struct Kept {
 enum Out {
     Inline(Bytes),
     Upstream(Incoming),
+}
+
+/// The request's scheme as skipper's filters see it (`redirectTo` without one uses
+/// it): Go's server knows a scheme only from an absolute-form HTTP/1 target
+/// (`GET http://host/path`), and a redirect otherwise goes to `https`.
+fn request_scheme(parts: &http::request::Parts) -> &'static str {
+    match (parts.version, parts.uri.scheme_str()) {
+        (Version::HTTP_2, _) | (_, None) => "https",
+        (_, Some(s)) if s.eq_ignore_ascii_case("http") => "http",
+        _ => "https",
+    }
 }
 
 /// An answer of the proxy's own for a request it could not route or forward, as

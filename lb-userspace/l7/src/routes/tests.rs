@@ -173,11 +173,12 @@ fn run(text: &str, path: &str, query: &str) -> Exchange {
     ex
 }
 
-/// A request from 198.18.0.1 to `lb.example:8080`.
+/// A request from 198.18.0.1 to `lb.example:8080` (origin-form, so the scheme a
+/// redirect defaults to is skipper's `https`).
 pub(super) fn info<'a>(headers: &'a HeaderMap, routing_path: &'a str) -> RequestInfo<'a> {
     RequestInfo {
         method: "GET",
-        scheme: "http",
+        scheme: "https",
         host: "lb.example:8080",
         headers,
         routing_path,
@@ -214,7 +215,7 @@ fn redirects_keep_or_replace_path_and_query_like_skipper() {
     let path_only = r#"r: * -> redirectTo(302, "/elsewhere") -> <shunt>;"#;
     assert_eq!(
         location(&run(path_only, "/old", "x=1")),
-        (302, "http://lb.example:8080/elsewhere?x=1")
+        (302, "https://lb.example:8080/elsewhere?x=1")
     );
 }
 
