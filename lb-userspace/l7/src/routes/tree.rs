@@ -18,7 +18,9 @@
 //!
 //! Each tree node is visited at most once per lookup (its position in the request
 //! path is fixed by its depth), so a lookup costs at most the tree's size and in
-//! practice one binary search per segment.
+//! practice one child lookup per segment: a short sorted list, or a hash map where
+//! a node has many literal children (a cluster's `/api/v1/<service>` level), because
+//! a binary search over thousands of boxed strings misses the cache at every step.
 
 use std::collections::HashMap;
 
@@ -38,12 +40,40 @@ pub struct PathTree {
 struct Dir {
     /// Routes whose path ends here (with a trailing slash, or `/` itself).
     leaf: Leaves,
-    /// Literal children, sorted by segment for binary search.
-    statics: Box<[(Box<str>, Seg)]>,
+    /// Literal children.
+    statics: Statics,
     /// The `:param` child.
     param: Option<Box<Seg>>,
     /// Routes whose free wildcard starts here.
     tail: Leaves,
+}
+
+/// Literal children by segment.
+#[derive(Debug)]
+enum Statics {
+    /// Up to [`FEW`], sorted (for a stable `Debug`): smaller than a map and as
+    /// fast to scan.
+    Few(Box<[(Box<str>, Seg)]>),
+    /// More.
+    Many(HashMap<Box<str>, Seg>),
+}
+
+/// The most literal children kept in a sorted list.
+const FEW: usize = 8;
+
+impl Default for Statics {
+    fn default() -> Self {
+        Self::Few(Box::default())
+    }
+}
+
+impl Statics {
+    fn get(&self, segment: &str) -> Option<&Seg> {
+        match self {
+            Self::Few(list) => list.iter().find(|(k, _)| **k == *segment).map(|(_, s)| s),
+            Self::Many(map) => map.get(segment),
+        }
+    }
 }
 
 /// The position after a segment.
@@ -99,8 +129,8 @@ fn dir(d: &Dir, rest: &str, accept: &mut impl FnMut(&[u32]) -> Option<u32>) -> O
         return take(&d.leaf, accept);
     }
     let (token, after) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    if let Ok(i) = d.statics.binary_search_by(|(k, _)| (**k).cmp(token))
-        && let Some(found) = seg(&d.statics[i].1, after, accept)
+    if let Some(child) = d.statics.get(token)
+        && let Some(found) = seg(child, after, accept)
     {
         return Some(found);
     }
@@ -198,15 +228,25 @@ impl DirB {
     }
 
     fn freeze(self) -> Dir {
-        let mut statics: Vec<(Box<str>, Seg)> = self
-            .statics
-            .into_iter()
-            .map(|(k, s)| (k, s.freeze()))
-            .collect();
-        statics.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let statics = if self.statics.len() <= FEW {
+            let mut list: Vec<(Box<str>, Seg)> = self
+                .statics
+                .into_iter()
+                .map(|(k, s)| (k, s.freeze()))
+                .collect();
+            list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            Statics::Few(list.into())
+        } else {
+            Statics::Many(
+                self.statics
+                    .into_iter()
+                    .map(|(k, s)| (k, s.freeze()))
+                    .collect(),
+            )
+        };
         Dir {
             leaf: self.leaf.into(),
-            statics: statics.into(),
+            statics,
             param: self.param.map(|s| Box::new(s.freeze())),
             tail: self.tail.into(),
         }
