@@ -76,6 +76,24 @@ impl<'a> Args<'a> {
         Regex::new(text).map_err(|e| self.fail(format!("argument {}: bad regexp: {e}", i + 1)))
     }
 
+    /// Like [`Args::regex`], sharing one compiled regexp among the routes that spell
+    /// it the same (as skipper does per routing table): a cluster's routes repeat
+    /// few host patterns, and compiling each copy would dominate the table's build.
+    pub fn regex_shared(
+        &self,
+        i: usize,
+        cache: &mut std::collections::HashMap<String, Regex>,
+    ) -> Result<Regex, RouteError> {
+        if let Arg::Regex(text) | Arg::Str(text) = &self.call.args[i]
+            && let Some(re) = cache.get(text.as_str())
+        {
+            return Ok(re.clone());
+        }
+        let re = self.regex(i)?;
+        cache.insert(re.as_str().to_owned(), re.clone());
+        Ok(re)
+    }
+
     pub fn status(&self, i: usize) -> Result<http::StatusCode, RouteError> {
         let n = self.num(i)?;
         if n.fract() != 0.0 || !(100.0..=599.0).contains(&n) {

@@ -6,10 +6,19 @@
 //! Paths are matched in their routing form (decoded, dot segments resolved: see
 //! [`path`]), so no encoding of a path gets past a path predicate.
 //!
-//! Order: a path predicate selects first, most specific first (an exact `Path`, then
-//! patterns with `:params`, then `*` wildcards and `PathSubtree`s with longer literal
-//! prefixes first, then routes without a path); among equals, more predicates win and
-//! `Weight(n)` adds `n`; the file order breaks the remaining ties.
+//! Which route wins is skipper's matcher's rule (`routing/matcher.go`):
+//! - routes with a `Path` or `PathSubtree` are found through the path tree
+//!   ([`tree`]): segment by segment a literal beats a `:param`, which beats a free
+//!   wildcard or subtree, backtracking when no route at a node passes its other
+//!   predicates;
+//! - routes without one are tried only when the tree yields none;
+//! - among the routes at one tree node (or among those without a path), the one with
+//!   the highest priority that matches wins: one per `Method`, `Methods`, `Host`,
+//!   `PathRegexp`, `True` and `False`, one per header name of `Header` and one per
+//!   header name of `HeaderRegexp`, plus every `Weight(n)` (truncated to an integer);
+//!   the path predicate does not count;
+//! - remaining ties go to the route written first (skipper's order is then
+//!   unspecified: it comes from a map).
 
 mod args;
 mod error;
@@ -24,9 +33,12 @@ pub mod template;
 mod template_tests;
 #[cfg(test)]
 mod tests;
+mod tree;
+#[cfg(test)]
+mod tree_tests;
 pub mod values;
 
-use std::{collections::HashMap, sync::Arc, time::SystemTime};
+use std::{cmp::Reverse, collections::HashMap, sync::Arc, time::SystemTime};
 
 use arc_swap::ArcSwap;
 use args::Args;
@@ -36,6 +48,7 @@ pub use filter::Filter;
 use params::ParamRef;
 use predicate::{PathMatch, Predicate, RequestView};
 use template::Template;
+use tree::PathTree;
 
 use super::{
     accesslog::StatusSet,
@@ -89,14 +102,15 @@ pub struct Route {
     pub mask_query: Arc<[String]>,
     /// The route as written (canonical eskip), for explaining.
     pub source: String,
-    order: (u8, usize, f64, usize),
+    /// Skipper's leaf weight: the predicate count plus `Weight(n)` (module doc).
+    pub priority: i64,
 }
 
 impl Route {
-    /// Whether the request satisfies every predicate; `req.path` is the routing form.
-    pub fn matches(&self, req: &RequestView<'_>) -> bool {
-        self.path.as_ref().is_none_or(|p| p.matches(req.path))
-            && self.predicates.iter().all(|p| p.matches(req))
+    /// Whether the request satisfies every predicate but the path, which the tree
+    /// has matched; `req.path` is the routing form.
+    fn others_match(&self, req: &RequestView<'_>) -> bool {
+        self.predicates.iter().all(|p| p.matches(req))
     }
 
     /// Whether a `Method` or `Methods` predicate names CONNECT: only such a route
@@ -108,10 +122,17 @@ impl Route {
     }
 }
 
-/// A service's routes, in match order.
+/// A service's routes, compiled for lookup.
 #[derive(Debug, Default)]
 pub struct RouteTable {
+    /// In file order; everything else holds indices into it.
     routes: Vec<Route>,
+    /// The routes with a `Path` or `PathSubtree`.
+    tree: PathTree,
+    /// The routes without, in priority order.
+    unrouted: Box<[u32]>,
+    /// Route indices sorted by id, to find a route's predecessor on reload.
+    by_id: Box<[u32]>,
 }
 
 /// What routes are compiled against.
@@ -153,7 +174,8 @@ impl RouteTable {
         let mut routes = Vec::with_capacity(parsed.len());
         let mut errors = Vec::new();
         let mut ids = std::collections::HashSet::new();
-        for (index, r) in parsed.iter().enumerate() {
+        let mut regexps = HashMap::new();
+        for r in parsed {
             if !ids.insert(r.id.as_str()) {
                 errors.push(RouteError {
                     pos: r.pos,
@@ -161,7 +183,7 @@ impl RouteTable {
                     message: "duplicate route id".into(),
                 });
             }
-            match compile_route(r, index, cx) {
+            match compile_route(r, cx, &mut regexps) {
                 Ok(route) => routes.push(route),
                 Err(e) => errors.extend(e),
             }
@@ -169,14 +191,33 @@ impl RouteTable {
         if !errors.is_empty() {
             return Err(errors);
         }
-        routes.sort_by(|a, b| {
-            let (ka, kb) = (a.order, b.order);
-            kb.0.cmp(&ka.0)
-                .then(kb.1.cmp(&ka.1))
-                .then(kb.2.total_cmp(&ka.2))
-                .then(ka.3.cmp(&kb.3))
-        });
-        Ok(Self { routes })
+        Ok(Self::index(routes))
+    }
+
+    /// Builds the lookup structures over routes in file order.
+    fn index(routes: Vec<Route>) -> Self {
+        let len = u32::try_from(routes.len()).expect("fewer than 2^32 routes");
+        let mut order: Vec<u32> = (0..len).collect();
+        // Stable: equal priorities stay in file order.
+        order.sort_by_key(|&i| Reverse(routes[i as usize].priority));
+        let tree = PathTree::build(
+            order
+                .iter()
+                .filter_map(|&i| routes[i as usize].path.as_ref().map(|p| (p, i))),
+        );
+        let unrouted = order
+            .iter()
+            .copied()
+            .filter(|&i| routes[i as usize].path.is_none())
+            .collect();
+        let mut by_id: Vec<u32> = (0..len).collect();
+        by_id.sort_by(|&a, &b| routes[a as usize].id.cmp(&routes[b as usize].id));
+        Self {
+            routes,
+            tree,
+            unrouted,
+            by_id: by_id.into(),
+        }
     }
 
     /// The default table of a service without routes: `* -> <roundRobin>` over the
@@ -185,7 +226,7 @@ impl RouteTable {
         Self::parse("default: * -> <roundRobin>;", cx).unwrap_or_default()
     }
 
-    /// The first route the request matches. `req.path` is the path as the client sent
+    /// The route the request matches (module doc). `req.path` is the path as the client sent
     /// it; it is matched in its routing form ([`path::routing_path`]), and one with a
     /// malformed escape matches nothing.
     pub fn find(&self, req: &RequestView<'_>) -> Option<&Route> {
@@ -200,10 +241,19 @@ impl RouteTable {
     /// form. Decoding is not idempotent (`%2569` → `%69` → `i`), so a decoded path must
     /// never go through [`RouteTable::find`] again.
     pub fn find_routed(&self, req: &RequestView<'_>) -> Option<&Route> {
-        self.routes.iter().find(|r| r.matches(req))
+        let mut first = |candidates: &[u32]| {
+            candidates
+                .iter()
+                .copied()
+                .find(|&i| self.routes[i as usize].others_match(req))
+        };
+        self.tree
+            .lookup(req.path, &mut first)
+            .or_else(|| first(&self.unrouted))
+            .map(|i| &self.routes[i as usize])
     }
 
-    /// The routes in match order.
+    /// The routes in file order.
     pub fn routes(&self) -> &[Route] {
         &self.routes
     }
@@ -225,10 +275,10 @@ impl RouteTable {
     }
 
     fn balancer_of(&self, id: &str, algorithm: Algorithm) -> Option<Arc<Balancer>> {
-        self.routes
-            .iter()
-            .find(|r| r.id == id)
-            .and_then(|r| match &r.backend {
+        self.by_id
+            .binary_search_by(|&i| self.routes[i as usize].id.as_str().cmp(id))
+            .ok()
+            .and_then(|at| match &self.routes[self.by_id[at] as usize].backend {
                 Backend::Pool(p) if p.balancer.algorithm() == algorithm => {
                     Some(Arc::clone(&p.balancer))
                 }
@@ -265,17 +315,17 @@ struct Settings {
 
 fn compile_route(
     r: &eskip::Route,
-    index: usize,
     cx: &Context<'_>,
+    regexps: &mut HashMap<String, regex::Regex>,
 ) -> Result<Route, Vec<RouteError>> {
     let mut errors = Vec::new();
     let mut path = None;
     let mut predicates = Vec::new();
-    let mut weight = 0.0;
+    let mut weight = 0;
     for call in &r.predicates {
         let a = Args { call, route: &r.id };
-        match compile_predicate(&a, &mut path, &mut weight) {
-            Ok(Some(p)) => predicates.push(p),
+        match compile_predicate(&a, &mut path, &mut weight, regexps) {
+            Ok(Some(p)) => add_predicate(&mut predicates, p),
             Ok(None) => {}
             Err(e) => errors.push(e),
         }
@@ -300,8 +350,7 @@ fn compile_route(
             return Err(errors);
         }
     };
-    let (class, literal) = path.as_ref().map_or((0, 0), PathMatch::specificity);
-    let count = predicates.len() + usize::from(path.is_some());
+    let priority = weight.saturating_add(count(&predicates));
     let response_reads_request = filters
         .iter()
         .any(|f| matches!(f, Filter::ResponseHeader(_, v, _) if v.template().reads_request()));
@@ -315,8 +364,39 @@ fn compile_route(
         access_log: settings.access_log,
         mask_query: settings.mask_query.into(),
         source: r.to_string(),
-        order: (class, literal, count as f64 + weight, index),
+        priority,
     })
+}
+
+/// Adds `p`; a `Header` for a name already checked replaces that one. The parser
+/// refuses a second `Header` with the same name as skipper's does, but names that
+/// differ only in case pass it and become one entry of skipper's canonical header
+/// map, which keeps either value; here the last one holds.
+fn add_predicate(predicates: &mut Vec<Predicate>, p: Predicate) {
+    let same = match &p {
+        Predicate::Header(name, _) => predicates
+            .iter()
+            .position(|q| matches!(q, Predicate::Header(n, _) if n == name)),
+        _ => None,
+    };
+    match same {
+        Some(at) => predicates[at] = p,
+        None => predicates.push(p),
+    }
+}
+
+/// Skipper's predicate count: each predicate counts one, except that the
+/// `HeaderRegexp`s of one header name count one together.
+fn count(predicates: &[Predicate]) -> i64 {
+    let repeated = predicates
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| {
+            matches!(p, Predicate::HeaderRegexp(name, _)
+                if predicates[..*i].iter().any(|q| matches!(q, Predicate::HeaderRegexp(n, _) if n == name)))
+        })
+        .count();
+    i64::try_from(predicates.len() - repeated).unwrap_or(i64::MAX)
 }
 
 /// A predicate that matches, or `None` for one the route keeps elsewhere (its path,
@@ -324,7 +404,8 @@ fn compile_route(
 fn compile_predicate(
     a: &Args<'_>,
     path: &mut Option<PathMatch>,
-    weight: &mut f64,
+    weight: &mut i64,
+    regexps: &mut HashMap<String, regex::Regex>,
 ) -> Result<Option<Predicate>, RouteError> {
     Ok(Some(match a.call.name.as_str() {
         "Path" | "PathSubtree" => {
@@ -339,11 +420,11 @@ fn compile_predicate(
         }
         "PathRegexp" => {
             a.count(1, 1, "one regexp")?;
-            Predicate::PathRegexp(a.regex(0)?)
+            Predicate::PathRegexp(a.regex_shared(0, regexps)?)
         }
         "Host" => {
             a.count(1, 1, "one regexp")?;
-            Predicate::Host(a.regex(0)?)
+            Predicate::Host(a.regex_shared(0, regexps)?)
         }
         "Method" | "Methods" => {
             a.count(1, usize::MAX, "one or more methods")?;
@@ -363,11 +444,14 @@ fn compile_predicate(
         }
         "HeaderRegexp" => {
             a.count(2, 2, "a name and a regexp")?;
-            Predicate::HeaderRegexp(a.header_name(0)?, a.regex(1)?)
+            Predicate::HeaderRegexp(a.header_name(0)?, a.regex_shared(1, regexps)?)
         }
         "Weight" => {
             a.count(1, 1, "one number")?;
-            *weight += a.num(0)?;
+            // Skipper converts the number to an int, truncating it.
+            #[expect(clippy::cast_possible_truncation, reason = "skipper truncates; `as` saturates")]
+            let n = a.num(0)? as i64;
+            *weight = weight.saturating_add(n);
             return Ok(None);
         }
         "True" | "False" => {

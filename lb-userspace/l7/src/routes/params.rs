@@ -38,21 +38,23 @@ impl ParamRef {
 /// The route's parameters by name, in path order; for a name used twice the first
 /// is found first.
 pub fn of(m: &PathMatch) -> Vec<(String, ParamRef)> {
-    match m {
-        PathMatch::Pattern(segments) => segments
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match s {
-                Segment::Literal(_) => None,
-                Segment::Param(name) => Some((name.clone(), ParamRef::Segment(i))),
-                Segment::Rest(name) => Some((name.clone(), ParamRef::Tail(i))),
-            })
-            .collect(),
-        PathMatch::Subtree { base, tail } => {
-            let depth = base.matches('/').count();
-            vec![(tail.clone(), ParamRef::Tail(depth))]
-        }
+    let (segments, tail) = match m {
+        PathMatch::Pattern { segments, .. } => (segments, None),
+        PathMatch::Subtree { segments, tail } => (segments, Some(tail)),
+    };
+    let mut params: Vec<(String, ParamRef)> = segments
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Segment::Literal(_) => None,
+            Segment::Param(name) => Some((name.clone(), ParamRef::Segment(i))),
+            Segment::Rest(name) => Some((name.clone(), ParamRef::Tail(i))),
+        })
+        .collect();
+    if let Some(tail) = tail {
+        params.push((tail.clone(), ParamRef::Tail(segments.len())));
     }
+    params
 }
 
 /// Finds `name` among `params`.
@@ -130,6 +132,18 @@ mod tests {
                 pairs(&[("rest", "/a/b")]),
             ),
             (subtree("/foo/*"), "/foo/a", pairs(&[("*", "/a")])),
+            // TestSubtreeWildcardMatch: parameters in a subtree's base.
+            (
+                subtree("/:name1"),
+                "/foo/bar/",
+                pairs(&[("name1", "foo"), ("*", "/bar/")]),
+            ),
+            (
+                subtree("/foo/:name1/baz"),
+                "/foo/bar/baz/qux",
+                pairs(&[("name1", "bar"), ("*", "/qux")]),
+            ),
+            (path("/b/**"), "/b/x/y", pairs(&[("*", "/x/y")])),
             (
                 path("/a/:id/*rest"),
                 "/a/42/x/y",

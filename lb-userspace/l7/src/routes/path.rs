@@ -82,7 +82,7 @@ fn is_clean(p: &str) -> bool {
 }
 
 /// Resolves `p`'s empty, `.` and `..` segments (see the module doc).
-fn clean(p: &str) -> Cow<'_, str> {
+pub(crate) fn clean(p: &str) -> Cow<'_, str> {
     if is_clean(p) {
         return Cow::Borrowed(p);
     }

@@ -2,136 +2,126 @@
 
 use regex::Regex;
 
-/// A path predicate, matched before the others: `Path` patterns and `PathSubtree`.
-#[derive(Clone, Debug)]
+/// A path predicate, found through the path tree ([`super::tree`]) before the others
+/// are checked: `Path` patterns and `PathSubtree`.
+///
+/// Both are parsed as skipper's matcher reads them: the text is cleaned first
+/// (rooted, `//`, `.` and `..` resolved, the trailing slash kept), then split into
+/// segments. A segment starting with `:` is a parameter (named by the rest, possibly
+/// empty); one starting with `*` is a free wildcard and must be last; a `:` or `*`
+/// anywhere else in a segment is an error, because skipper's tree rejects it.
+#[derive(Clone, Debug, PartialEq)]
 pub enum PathMatch {
-    /// `Path("/a/:id/*rest")`: literal segments, `:name` one non-empty segment, a
-    /// final `*name` the rest (possibly empty).
-    Pattern(Vec<Segment>),
-    /// `PathSubtree("/base")`: `/base`, `/base/` and everything below; `tail` names
-    /// the parameter holding the rest (`*`, or `name` from `/base/*name`).
+    /// `Path("/a/:id/*rest")`.
+    Pattern {
+        /// The segments after the root slash.
+        segments: Vec<Segment>,
+        /// Whether the path ends with `/` (`Path("/a/")`, and `Path("/")`): without
+        /// skipper's ignore-trailing-slash option `/a` and `/a/` are different paths.
+        slash: bool,
+    },
+    /// `PathSubtree("/base")`: `/base`, `/base/` and everything below. A trailing
+    /// slash on the base is ignored.
     Subtree {
-        /// The base without a trailing slash (`""` for `/`).
-        base: String,
-        /// The tail parameter's name.
+        /// The base's segments (no [`Segment::Rest`]).
+        segments: Vec<Segment>,
+        /// The tail parameter's name: `*`, or `name` from `/base/*name`.
         tail: String,
     },
 }
 
-/// One segment of a `Path` pattern.
+/// One segment of a path pattern.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Segment {
     /// Must equal this.
     Literal(String),
-    /// `:name`
+    /// `:name`: any one non-empty segment.
     Param(String),
-    /// `*name`, last only: at least one character.
+    /// `*name` (or `*`, `**`, named `*`), last only: everything after its slash, at
+    /// least one character.
     Rest(String),
 }
 
 impl PathMatch {
     /// Parses a `Path` pattern; `Err` says what is wrong with it.
     pub fn pattern(text: &str) -> Result<Self, String> {
-        let Some(rest) = text.strip_prefix('/') else {
-            return Err(format!("path {text:?} must start with `/`"));
-        };
-        let parts: Vec<&str> = rest.split('/').collect();
-        let mut segments = Vec::with_capacity(parts.len());
-        for (i, p) in parts.iter().enumerate() {
-            segments.push(
-                if let Some(name) = p.strip_prefix(':').filter(|n| !n.is_empty()) {
-                    Segment::Param(name.to_owned())
-                } else if let Some(name) = p.strip_prefix('*').filter(|n| !n.is_empty()) {
-                    if i + 1 != parts.len() {
-                        return Err(format!(
-                            "path {text:?}: a `*` wildcard must be the last segment"
-                        ));
-                    }
-                    Segment::Rest(name.to_owned())
-                } else {
-                    Segment::Literal((*p).to_owned())
-                },
-            );
+        let (segments, slash) = parse(text)?;
+        if slash && matches!(segments.last(), Some(Segment::Rest(_))) {
+            return Err(format!(
+                "path {text:?}: a `*` wildcard must be the last segment"
+            ));
         }
-        Ok(Self::Pattern(segments))
+        Ok(Self::Pattern { segments, slash })
     }
 
-    /// Parses a `PathSubtree` base (a trailing `/` is ignored; a final `/*name` or
-    /// `/*` names the tail parameter).
+    /// Parses a `PathSubtree` base; a final `/*name` or `/*` names the tail parameter.
     pub fn subtree(text: &str) -> Result<Self, String> {
-        if !text.starts_with('/') {
-            return Err(format!("path {text:?} must start with `/`"));
-        }
-        let (base, tail) = match text.rsplit_once('/') {
-            Some((base, last)) if last.starts_with('*') => {
-                let name = &last[1..];
-                (base, if name.is_empty() { "*" } else { name })
+        let (mut segments, slash) = parse(text)?;
+        let tail = match segments.last() {
+            Some(Segment::Rest(_)) if slash => {
+                return Err(format!(
+                    "path {text:?}: a `*` wildcard must be the last segment"
+                ));
             }
-            _ => (text, "*"),
+            Some(Segment::Rest(name)) => {
+                let name = name.clone();
+                segments.pop();
+                name
+            }
+            _ => "*".to_owned(),
         };
-        Ok(Self::Subtree {
-            base: base.trim_end_matches('/').to_owned(),
-            tail: tail.to_owned(),
-        })
+        Ok(Self::Subtree { segments, tail })
     }
 
-    /// Whether `path` (without the query) matches.
+    /// Whether `path`, a routing path, matches this predicate alone (for tests and
+    /// explaining; requests are matched through the table's tree).
     pub fn matches(&self, path: &str) -> bool {
-        match self {
-            Self::Subtree { base, .. } => path
-                .strip_prefix(base.as_str())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
-            Self::Pattern(segments) => {
-                let Some(rest) = path.strip_prefix('/') else {
-                    return false;
-                };
-                let mut parts = rest.split('/');
-                for seg in segments {
-                    match seg {
-                        // skipper's tree matches a named tail only when something
-                        // follows its slash.
-                        Segment::Rest(_) => return parts.next().is_some_and(|p| !p.is_empty()),
-                        Segment::Param(_) => match parts.next() {
-                            Some(p) if !p.is_empty() => {}
-                            _ => return false,
-                        },
-                        Segment::Literal(l) => {
-                            if parts.next() != Some(l.as_str()) {
-                                return false;
-                            }
-                        }
-                    }
-                }
-                parts.next().is_none()
-            }
-        }
+        super::tree::PathTree::build([(self, 0)])
+            .lookup(path, &mut |leaves| leaves.first().copied())
+            .is_some()
     }
+}
 
-    /// How specific the match is, for route order: exact paths before patterns with
-    /// parameters, before wildcards and subtrees; longer literal prefixes first.
-    pub fn specificity(&self) -> (u8, usize) {
-        match self {
-            Self::Pattern(segs) => {
-                let literal = segs
-                    .iter()
-                    .take_while(|s| matches!(s, Segment::Literal(_)))
-                    .map(|s| match s {
-                        Segment::Literal(l) => l.len() + 1,
-                        _ => 0,
-                    })
-                    .sum();
-                let class = if segs.iter().all(|s| matches!(s, Segment::Literal(_))) {
-                    4
-                } else if segs.iter().any(|s| matches!(s, Segment::Rest(_))) {
-                    2
-                } else {
-                    3
-                };
-                (class, literal)
-            }
-            Self::Subtree { base, .. } => (2, base.len()),
-        }
+/// Cleans `text` and splits it into segments; the flag says whether it ends in `/`.
+fn parse(text: &str) -> Result<(Vec<Segment>, bool), String> {
+    if text.is_empty() {
+        return Err("the path is empty (use `*` to match every path)".to_owned());
     }
+    let cleaned = super::path::clean(text);
+    let body = cleaned.strip_prefix('/').unwrap_or(&cleaned);
+    let slash = cleaned.ends_with('/');
+    let body = body.strip_suffix('/').unwrap_or(body);
+    if body.is_empty() {
+        return Ok((Vec::new(), true));
+    }
+    let parts: Vec<&str> = body.split('/').collect();
+    let mut segments = Vec::with_capacity(parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        segments.push(if let Some(name) = p.strip_prefix(':') {
+            Segment::Param(name.to_owned())
+        } else if let Some(name) = p.strip_prefix('*') {
+            if i + 1 != parts.len() {
+                return Err(format!(
+                    "path {text:?}: a `*` wildcard must be the last segment"
+                ));
+            }
+            Segment::Rest(
+                if name.is_empty() || name == "*" {
+                    "*"
+                } else {
+                    name
+                }
+                .to_owned(),
+            )
+        } else if p.contains([':', '*']) {
+            return Err(format!(
+                "path {text:?}: `:` and `*` may only start a segment"
+            ));
+        } else {
+            Segment::Literal((*p).to_owned())
+        });
+    }
+    Ok((segments, slash))
 }
 
 /// A predicate other than the path.

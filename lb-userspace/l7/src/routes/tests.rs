@@ -39,7 +39,7 @@ fn route_for<'t>(
 }
 
 #[test]
-fn path_specificity_then_predicate_count_then_file_order() {
+fn the_tree_then_the_predicate_count_then_file_order() {
     let t = table(
         r#"
         all: * -> <shunt>;
@@ -139,8 +139,8 @@ fn compile_errors_name_route_position_and_problem() {
             "line 2, column 1: route r: duplicate route id",
         ),
         (
-            "r: Path(\"a\") -> <shunt>;",
-            "path \"a\" must start with `/`",
+            "r: Path(\"/a:b\") -> <shunt>;",
+            "`:` and `*` may only start a segment",
         ),
         (
             "r: Path(\"/a/*b/c\") -> <shunt>;",
