@@ -128,12 +128,13 @@ type ModCase<'a> = (
 );
 
 /// `mod_header_test.go` `TestModRequestHeader` and `TestModResponseHeader`: a present
-/// header's value rewritten, an absent one left absent. (The last two cases are
-/// ours: only the first value is read, and the result is the only value.)
+/// header's value rewritten, an absent one left absent. (The last three cases are
+/// ours: only the first value is read and the result is the only value, groups by
+/// name, and Go's rule for empty matches.)
 #[test]
 fn mod_request_and_response_header_rewrite_only_present_headers() {
     // (case, headers before, regexp, replacement, values after)
-    let cases: [ModCase<'_>; 6] = [
+    let cases: [ModCase<'_>; 7] = [
         (
             "present, match",
             &[("Accept-Language", "nl-NL")],
@@ -163,6 +164,14 @@ fn mod_request_and_response_header_rewrite_only_present_headers() {
             "^(?P<l>..)-(?P<c>..)$",
             "${c}_$l",
             &["NL_nl"],
+        ),
+        // Go's ReplaceAllString reports no empty match right after a match.
+        (
+            "empty matches as Go",
+            &[("Accept-Language", "baaac")],
+            "a*",
+            "X",
+            &["XbXcX"],
         ),
     ];
     for (case, before, re, with, want) in cases {
