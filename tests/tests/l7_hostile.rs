@@ -86,7 +86,7 @@ fn a_second_host_a_host_unlike_the_authority_and_connection_host_get_400_or_keep
         let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b"));
         let routes = format!(
             r#"admin: Host(/^admin/) -> status(403) -> inlineContent("admin only") -> <shunt>;
-               all: * -> "http://{}";"#,
+               all: * -> preserveHost("true") -> "http://{}";"#,
             b.addr
         );
         let mut proxy = proxy_with(&L7Config::default(), None);

@@ -86,13 +86,13 @@ fn forwarding_headers_and_http2() {
             assert!(a.body.contains(&format!("x-forwarded-for: 198.18.5.5, {VIP}\n")), "{}", a.body);
             assert!(a.body.contains("x-forwarded-proto: http\n"), "{}", a.body);
             assert!(a.body.contains("x-added: yes\n"));
-            assert!(a.body.contains(&format!("host: {VIP}\n")), "the Host is kept: {}", a.body);
+            assert!(a.body.contains(&format!("host: {}\n", b.addr)), "the backend's own Host, as skipper sends: {}", a.body);
             assert!(!a.body.contains("x-secret"), "a Connection-listed header is hop-by-hop");
             assert_eq!(a.header("x-via"), "lbd");
             let a = send(&client(true), "POST", &url(80, "/h2"), &[], "payload").await.expect("h2c");
             assert_eq!(a.status, 200);
             assert!(a.body.contains("POST /h2\n") && a.body.contains("body: payload\n"), "{}", a.body);
-            assert!(a.body.contains(&format!("host: {VIP}:80\n")), "h2 authority becomes Host: {}", a.body);
+            assert!(a.body.contains(&format!("host: {}\n", b.addr)), "h2 too: {}", a.body);
         });
         proxy.shutdown();
     });
@@ -728,5 +728,123 @@ fn no_route_and_backend_failures_get_skippers_answers() {
             );
         });
         proxy.shutdown();
+    });
+}
+
+/// The Host a backend gets and skipper's header, flow-id and timeout filters, through
+/// the real proxy to echo backends (values from skipper's `proxy.go` `mapRequest`,
+/// `preservehost_test.go`, `mod_header_test.go`, `flowid/filter_test.go` and
+/// `timeout_test.go` `TestTimeoutsFilterBackendTimeout`; the unit-level ports are in
+/// lb-l7's `routes::filter_tests`).
+#[test]
+fn the_backend_gets_its_own_host_and_skippers_filters_as_in_skipper() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let b = rt.block_on(EchoBackend::start(backend_addr(0, 80), "b0"));
+        let b1 = rt.block_on(EchoBackend::start(backend_addr(1, 80), "b1"));
+        // Nothing listens on backend 2: connecting is refused and the next is tried.
+        let dead = backend_addr(2, 80);
+        let routes = format!(
+            r#"
+            default: Path("/default") -> "http://{b}";
+            lb: Path("/lb") -> <roundRobin, "http://{dead}", "http://{b}", "http://{b1}">;
+            keep: Path("/keep") -> preserveHost("true") -> "http://{b}";
+            nokeep: Path("/nokeep") -> preserveHost("false") -> "http://{b}";
+            set: Path("/set") -> setRequestHeader("Host", "custom.example") -> preserveHost("true") -> "http://{b}";
+            drop: Path("/drop") -> dropRequestHeader("Host") -> preserveHost("true") -> "http://{b}";
+            modhost: Path("/modhost") -> modRequestHeader("Host", "^198\\.18\\.0\\.1:(\\d+)$", "www.example:$1") -> "http://{b}";
+            nomatch: Path("/nomatch") -> modRequestHeader("Host", "^zalando\\.de$", "zalando.com") -> "http://{b}";
+            modhdr: Path("/modhdr") -> modRequestHeader("Accept-Language", "^nl-NL$", "en") -> "http://{b}";
+            modresp: Path("/modresp") -> modResponseHeader("X-Body-Bytes", "^(\\d+)$", "n=$1")
+                -> modResponseHeader("X-None", ".*", "x") -> "http://{b}";
+            flow: Path("/flow") -> flowId() -> "http://{b}";
+            reuse: Path("/reuse") -> flowId("reuse") -> "http://{b}";
+            slow: PathSubtree("/slow") -> backendTimeout("300ms") -> "http://{b}";
+            zero: Path("/zero") -> backendTimeout("0s") -> "http://{b}";
+            "#,
+            b = b.addr,
+            b1 = b1.addr,
+        );
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let errors = proxy.apply(&[service("hosts", 88, Some(&routes), vec![])]);
+        assert!(errors.is_empty(), "{errors:?}");
+        // The node's preserve_host: the client's Host unless a route says otherwise.
+        let preserving = L7Config {
+            preserve_host: true,
+            ..L7Config::default()
+        };
+        let mut keeper = proxy_with(&preserving, None);
+        let routes = format!(
+            r#"all: * -> "http://{b}"; off: Path("/off") -> preserveHost("false") -> "http://{b}";"#,
+            b = b.addr
+        );
+        let errors = keeper.apply(&[service("keeper", 89, Some(&routes), vec![])]);
+        assert!(errors.is_empty(), "{errors:?}");
+        let own = format!("host: {}\n", b.addr);
+        let client_host = |port: u16| format!("host: {VIP}:{port}\n");
+        // (port, path, request headers, lines the backend must see, text it must not see)
+        type Case<'a> = (u16, &'a str, &'a [(&'a str, &'a str)], Vec<String>, &'a [&'a str]);
+        let cases: Vec<Case<'_>> = vec![
+            (88, "/default", &[], vec![own.clone()], &[]),
+            (88, "/keep", &[], vec![client_host(88)], &[]),
+            (88, "/nokeep", &[], vec![own.clone()], &[]),
+            (88, "/set", &[], vec!["host: custom.example\n".into()], &[]),
+            (88, "/drop", &[], vec![client_host(88)], &[]),
+            (88, "/modhost", &[], vec!["host: www.example:88\n".into()], &[]),
+            (88, "/nomatch", &[], vec![client_host(88)], &[]),
+            (88, "/modhdr", &[("Accept-Language", "nl-NL")], vec!["accept-language: en\n".into()], &["nl-NL"]),
+            (88, "/modhdr", &[("Accept-Language", "de")], vec!["accept-language: de\n".into()], &[]),
+            (88, "/modhdr", &[], vec![], &["accept-language"]),
+            (88, "/reuse", &[("X-Flow-Id", "FLOW-ID-FOR-TESTING")], vec!["x-flow-id: FLOW-ID-FOR-TESTING\n".into()], &[]),
+            (88, "/reuse", &[("X-Flow-Id", "[<>] (o) [<>]")], vec!["x-flow-id: ".into()], &["[<>]"]),
+            (88, "/flow", &[("X-Flow-Id", "FLOW-ID-FOR-TESTING")], vec!["x-flow-id: ".into()], &["FLOW-ID-FOR-TESTING"]),
+            (88, "/slow/20", &[], vec![own.clone()], &[]),
+            (89, "/", &[], vec![client_host(89)], &[]),
+            (89, "/off", &[], vec![own.clone()], &[]),
+        ];
+        rt.block_on(async {
+            let c = client(false);
+            for (port, path, headers, want, not) in &cases {
+                let a = send(&c, "GET", &url(*port, path), headers, "").await.expect(path);
+                assert_eq!((a.status, a.backend()), (200, "b0"), "{port}{path}");
+                for w in want {
+                    assert!(a.body.contains(w.as_str()), "{port}{path}: the backend saw no {w:?}:\n{}", a.body);
+                }
+                for n in *not {
+                    assert!(!a.body.contains(n), "{port}{path}: the backend saw {n:?}:\n{}", a.body);
+                }
+                if *path == "/flow" || *path == "/reuse" {
+                    let ids: Vec<&str> = a.body.lines().filter_map(|l| l.strip_prefix("x-flow-id: ")).collect();
+                    assert_eq!(ids.len(), 1, "{path}: one id: {ids:?}");
+                    let valid = (8..=64).contains(&ids[0].len())
+                        && ids[0].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'-');
+                    assert!(valid, "{path}: {:?} is a skipper flow id", ids[0]);
+                }
+            }
+            // h2: the backend's own Host too, not the :authority.
+            let a = send(&client(true), "GET", &url(88, "/default"), &[], "").await.expect("h2");
+            assert!(a.body.contains(&own), "h2: {}", a.body);
+            // A load-balanced route: each answer carries its own endpoint's Host, also
+            // after a failed connect to the dead one.
+            for _ in 0..6 {
+                let a = get(&c, &url(88, "/lb")).await.expect("lb");
+                assert_eq!(a.status, 200, "{}", a.body);
+                let from = if a.backend() == "b0" { b.addr } else { b1.addr };
+                assert!(a.body.contains(&format!("host: {from}\n")), "lb: {}", a.body);
+            }
+            // modResponseHeader rewrites a header the backend sent, adds none.
+            let a = get(&c, &url(88, "/modresp")).await.expect("modresp");
+            assert_eq!((a.header("x-body-bytes"), a.header("x-none")), ("n=0", ""));
+            // backendTimeout: a zero one never asks; 504 once the backend takes longer.
+            let served = b.served.load(std::sync::atomic::Ordering::Relaxed);
+            let a = get(&c, &url(88, "/zero")).await.expect("zero");
+            assert_eq!(a.status, 504);
+            assert_eq!(b.served.load(std::sync::atomic::Ordering::Relaxed), served, "a zero timeout sends nothing");
+            let a = get(&c, &url(88, "/slow/2000")).await.expect("slow");
+            assert_eq!((a.status, a.body.as_str()), (504, "Gateway Timeout\n"));
+        });
+        proxy.shutdown();
+        keeper.shutdown();
     });
 }

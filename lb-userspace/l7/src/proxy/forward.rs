@@ -1,6 +1,11 @@
 //! Sending a request to a route's pool: the pick, failover to the next endpoints, the
 //! head the backend gets and how the body travels.
 //!
+//! The Host: as skipper's proxy sends it, the endpoint's own `host:port` (on a retry,
+//! the next endpoint's), unless the node's `preserve_host` or the route's
+//! `preserveHost("true")` keeps the client's, or a filter set one (see
+//! [`UpstreamHost`]).
+//!
 //! Bodies: whether a request has one is what its framing says — a Content-Length, a
 //! chunked HTTP/1.1 body, HTTP/2 DATA after a HEADERS frame without END_STREAM — for
 //! every method. A body without a length goes to the backend chunked
@@ -14,7 +19,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::SystemTime,
+    time::{Instant, SystemTime},
 };
 
 use bytes::Bytes;
@@ -25,7 +30,7 @@ use hyper::body::Incoming;
 use super::{body::UpBody, headers, service::ServiceState};
 use crate::{
     balance::{Algorithm, InFlight, Pick},
-    routes::{Exchange, Pool, client_source, values::Headers},
+    routes::{Exchange, Pool, client_source, filter::UpstreamHost, values::Headers},
 };
 
 /// Why no backend answered.
@@ -35,7 +40,8 @@ pub(super) enum Failure {
     NoEndpoints,
     /// Connecting failed on every attempt.
     Unreachable,
-    /// No response head within `request_timeout`.
+    /// No response head within `request_timeout`, or the route's `backendTimeout`
+    /// over all attempts.
     Timeout,
     /// The backend failed after the request was sent.
     Upstream,
@@ -103,6 +109,11 @@ pub(super) async fn forward(
         body,
         failed: Arc::clone(&failed),
     });
+    // The client's Host, read before a filter's edits could drop it.
+    let incoming_host = headers.get(header::HOST).cloned().or_else(|| {
+        uri.authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
     // The filters' changes come first, as skipper's filters change the request before
     // the proxy maps it to the backend's.
     for edit in &ex.edits {
@@ -116,12 +127,17 @@ pub(super) async fn forward(
         );
     }
     headers::add_forwarded(&mut headers, peer.ip(), "http");
-    if !headers.contains_key(header::HOST)
-        && let Some(a) = uri.authority()
-        && let Ok(v) = HeaderValue::from_str(a.as_str())
-    {
-        headers.insert(header::HOST, v);
+    // `None`: each attempt's endpoint's own `host:port`.
+    let host = match &ex.host {
+        UpstreamHost::Backend => None,
+        UpstreamHost::Incoming => incoming_host.filter(|h| !h.is_empty()),
+        UpstreamHost::Set(v) => Some(v.clone()),
+    };
+    if let Some(h) = host.clone() {
+        headers.insert(header::HOST, h);
     }
+    // skipper's `backendTimeout` is one deadline for every attempt.
+    let deadline = ex.backend_timeout.map(|d| Instant::now() + d);
     let path_and_query = upstream_path(&uri, ex).ok_or(Failure::Upstream)?;
     let mut last = Failure::Unreachable;
     for attempt in 0..attempts {
@@ -148,12 +164,26 @@ pub(super) async fn forward(
         } else {
             std::mem::take(&mut headers)
         };
+        if host.is_none()
+            && let Ok(v) = HeaderValue::from_str(&endpoint.authority)
+        {
+            req.headers_mut().insert(header::HOST, v);
+        }
+        let limit = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => state.shared.limits.request_timeout,
+        };
+        // A deadline already past (a zero or negative `backendTimeout`, or one spent
+        // on failed connects) sends nothing, as an expired Go context does.
+        if limit.is_zero() {
+            return Err(Failure::Timeout);
+        }
         let inflight = endpoint.stats.start();
         if attempt > 0 {
             state.stats.retries.fetch_add(1, Ordering::Relaxed);
         }
         match tokio::time::timeout(
-            state.shared.limits.request_timeout,
+            limit,
             state.shared.clients[super::workers::current()].request(req),
         )
         .await

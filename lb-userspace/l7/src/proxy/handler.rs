@@ -22,7 +22,11 @@ use super::{
 };
 use crate::{
     accesslog::StatusSet,
-    routes::{Backend, Exchange, RequestInfo, Route, Served, filter, predicate::RequestView},
+    routes::{
+        Backend, Exchange, RequestInfo, Route, Served,
+        filter::{self, UpstreamHost},
+        predicate::RequestView,
+    },
 };
 use lb_model::throttle::Throttle;
 
@@ -101,6 +105,7 @@ impl ServiceState {
             return finished(proxy_error(status), finish, version);
         };
         let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
+        ex.host = UpstreamHost::initial(self.shared.limits.preserve_host);
         let scheme = request_scheme(&parts);
         let info = RequestInfo {
             method: parts.method.as_str(),
@@ -206,8 +211,9 @@ impl ServiceState {
     }
 
     /// The answer when the backend could not answer, as skipper's proxy gives it:
-    /// a failed connect 502, no response head within `request_timeout` 504, no
-    /// endpoint to ask 503, a client body that does not frame 400.
+    /// a failed connect 502, no response head within `request_timeout` (or the
+    /// route's `backendTimeout`) 504, no endpoint to ask 503, a client body that
+    /// does not frame 400.
     fn failure(&self, f: Failure) -> Response<Out> {
         let status = match f {
             Failure::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,

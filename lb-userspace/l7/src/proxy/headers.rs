@@ -18,7 +18,8 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 
 /// Removes hop-by-hop headers and those the Connection header names; `Upgrade` too
 /// (the proxy does not tunnel protocol upgrades). The Host is never removed, whatever
-/// Connection lists: it is what routes matched, and the backend must see the same.
+/// Connection lists: a client must not be able to take from the backend the Host
+/// that `preserveHost` or a filter chose for it.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Names listed in Connection are removed first, while it is still there.
     let listed: Vec<HeaderName> = headers

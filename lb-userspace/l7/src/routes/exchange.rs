@@ -1,13 +1,14 @@
 //! A request while its route's filters run: what they changed ([`Exchange`]) and what
 //! they read of it besides ([`RequestInfo`]).
 
-use std::net::IpAddr;
+use std::{net::IpAddr, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
 pub use super::values::client_source;
 use super::{
+    host::UpstreamHost,
     template::{Hash, ip_into},
     values::{HeaderEdit, Headers, Values},
 };
@@ -31,6 +32,11 @@ pub struct Exchange {
     /// A filter changed the path or query: the backend gets `path`/`query` instead of
     /// the request's own (which is forwarded as is, without copying, otherwise).
     pub rewritten: bool,
+    /// The Host the backend gets; the proxy sets where it starts (the node's
+    /// `preserve_host`) before the filters run.
+    pub host: UpstreamHost,
+    /// A `backendTimeout`'s duration, replacing the node's `request_timeout`.
+    pub backend_timeout: Option<Duration>,
 }
 
 impl Exchange {

@@ -5,14 +5,23 @@
 //! Values with `${…}` are [`Template`]s; what an unresolved placeholder means is each
 //! filter's rule in skipper: the header filters and `consistentHashKey` do nothing,
 //! `setPath`, `setQuery` and `dropQuery` use the text with the placeholder empty.
+//!
+//! A filter that sets the Host (`setRequestHeader("Host", …)`, `appendRequestHeader`,
+//! `modRequestHeader`) or `preserveHost` also decides the Host the backend gets
+//! ([`UpstreamHost`]), as in skipper.
+
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header::HOST};
 use regex::Regex;
 
 pub use super::exchange::{Exchange, RequestInfo, Served};
+pub use super::host::UpstreamHost;
 use super::{
-    query,
+    RouteError,
+    args::Args,
+    flowid, query,
     template::{Hash, Sink, Template},
     values::{HeaderEdit, Values},
 };
@@ -58,6 +67,26 @@ pub enum Filter {
     },
     /// `consistentHashKey(k)`: the key the consistent hash uses, when it resolves.
     ConsistentHashKey(Template),
+    /// `modRequestHeader(k, /re/, replacement)`: the header's first value, the
+    /// regexp's matches replaced (`$1`, `${name}`), becomes its only value; nothing
+    /// happens to a header the request lacks. For Host the value is the request's
+    /// Host, and the result is also the Host the backend gets, matched or not.
+    ModRequestHeader(HeaderName, regex::bytes::Regex, String),
+    /// `modResponseHeader(k, /re/, replacement)`: as `modRequestHeader`, on the
+    /// response's header.
+    ModResponseHeader(HeaderName, regex::bytes::Regex, String),
+    /// `preserveHost("true"|"false")`: see [`UpstreamHost::preserve`].
+    PreserveHost(bool),
+    /// `flowId()`: a new X-Flow-Id; `flowId("reuse")` keeps one the request has when
+    /// it is a valid id (see [`flowid`]).
+    FlowId {
+        /// Whether a valid received id stays.
+        reuse: bool,
+    },
+    /// `backendTimeout(d)`: the time the backend has, over every attempt, to
+    /// answer with a response head (then 504), instead of the node's
+    /// `request_timeout`. The last one that ran wins.
+    BackendTimeout(Duration),
 }
 
 /// Whether a header filter replaces the header's values or adds one.
@@ -219,7 +248,10 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
     for (i, f) in filters.iter().enumerate() {
         ex.ran = i + 1;
         match f {
-            Filter::Status(_) | Filter::ResponseHeader(..) | Filter::DropResponseHeader(_) => {}
+            Filter::Status(_)
+            | Filter::ResponseHeader(..)
+            | Filter::DropResponseHeader(_)
+            | Filter::ModResponseHeader(..) => {}
             Filter::InlineContent { body, content_type } => {
                 ex.served = Some(Served::Inline {
                     body: body.clone(),
@@ -258,6 +290,9 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             }
             Filter::RequestHeader(name, value, mode) => {
                 if let Some(value) = value.value(&req.values(ex, None)) {
+                    if name == HOST {
+                        ex.host = UpstreamHost::Set(value.clone());
+                    }
                     ex.edits.push(match mode {
                         Mode::Set => HeaderEdit::Set(name.clone(), value),
                         Mode::Append => HeaderEdit::Append(name.clone(), value),
@@ -288,8 +323,49 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
                     ex.key = Some(h.0);
                 }
             }
+            Filter::ModRequestHeader(name, re, with) => mod_request_header(name, re, with, ex, req),
+            Filter::PreserveHost(preserve) => ex.host.preserve(*preserve, req.host),
+            Filter::FlowId { reuse } => {
+                let keep = *reuse
+                    && req
+                        .values(ex, None)
+                        .headers
+                        .first(&flowid::HEADER)
+                        .is_some_and(|v| flowid::is_valid(v.as_bytes()));
+                if !keep {
+                    ex.edits
+                        .push(HeaderEdit::Set(flowid::HEADER.clone(), flowid::generate()));
+                }
+            }
+            Filter::BackendTimeout(d) => ex.backend_timeout = Some(*d),
         }
     }
+}
+
+/// `modRequestHeader`: see [`Filter::ModRequestHeader`]. A result that is no header
+/// value (a replacement with a line break) changes nothing.
+fn mod_request_header(
+    name: &HeaderName,
+    re: &regex::bytes::Regex,
+    with: &str,
+    ex: &mut Exchange,
+    req: &RequestInfo<'_>,
+) {
+    let values = req.values(ex, None);
+    let current = values.headers.first(name).map(HeaderValue::as_bytes);
+    let current = match current {
+        Some(v) => v,
+        // skipper reads the Host from the request when no filter set the header.
+        None if name == HOST => req.host.as_bytes(),
+        None => return,
+    };
+    let Ok(value) = HeaderValue::from_bytes(&re.replace_all(current, with.as_bytes())) else {
+        return;
+    };
+    if name == HOST {
+        ex.host = UpstreamHost::Set(value.clone());
+    }
+    ex.edits.push(HeaderEdit::Set(name.clone(), value));
 }
 
 /// Runs the response parts of the filters that ran, last first. `req` is what the
@@ -319,6 +395,15 @@ pub fn on_response(
             Filter::DropResponseHeader(name) => {
                 headers.remove(name);
             }
+            Filter::ModResponseHeader(name, re, with) => {
+                let value = headers
+                    .get(name)
+                    .map(|v| re.replace_all(v.as_bytes(), with.as_bytes()))
+                    .and_then(|v| HeaderValue::from_bytes(&v).ok());
+                if let Some(value) = value {
+                    headers.insert(name.clone(), value);
+                }
+            }
             _ => {}
         }
     }
@@ -338,4 +423,52 @@ fn location(loc: &Location, ex: &Exchange, scheme: &str, host: &str) -> String {
         out.push_str(query);
     }
     out
+}
+
+/// Compiles the filters `compile_filter` in the route compiler leaves to this module
+/// (one concern each, they act per request), with skipper's argument checks.
+///
+/// # Errors
+/// An unknown filter, or arguments skipper refuses: `modRequestHeader` and
+/// `modResponseHeader` take exactly three strings and a regexp that compiles;
+/// `preserveHost` exactly `"true"` or `"false"`; `flowId` a string first argument
+/// if any (skipper ignores further ones); `backendTimeout` exactly one Go duration
+/// string (`"2s"`, `"1m30s"`; zero and negative ones time out at once, as in skipper).
+pub(super) fn compile(a: &Args<'_>) -> Result<Filter, RouteError> {
+    Ok(match a.call.name.as_str() {
+        name @ ("modRequestHeader" | "modResponseHeader") => {
+            a.count(3, 3, "a header name, a regexp and a replacement")?;
+            let k = a.header_name(0)?;
+            let re = a.regex(1)?;
+            let with = a.str(2)?.to_owned();
+            // The same syntax on bytes: a header value need not be UTF-8.
+            let re = regex::bytes::Regex::new(re.as_str()).map_err(|e| a.fail(e))?;
+            if name == "modRequestHeader" {
+                Filter::ModRequestHeader(k, re, with)
+            } else {
+                Filter::ModResponseHeader(k, re, with)
+            }
+        }
+        "preserveHost" => {
+            a.count(1, 1, r#""true" or "false""#)?;
+            match a.str(0)? {
+                "true" => Filter::PreserveHost(true),
+                "false" => Filter::PreserveHost(false),
+                other => {
+                    return Err(a.fail(format!(r#"takes "true" or "false", not {other:?}"#)));
+                }
+            }
+        }
+        "flowId" => {
+            let reuse = a.len() > 0 && a.str(0)?.eq_ignore_ascii_case("reuse");
+            Filter::FlowId { reuse }
+        }
+        "backendTimeout" => {
+            a.count(1, 1, r#"one duration like "2s""#)?;
+            let text = a.str(0)?;
+            let nanos = lb_model::units::duration::parse_nanos(text).map_err(|e| a.fail(e))?;
+            Filter::BackendTimeout(Duration::from_nanos(u64::try_from(nanos).unwrap_or(0)))
+        }
+        other => return Err(a.fail(format!("unknown filter `{other}`"))),
+    })
 }

@@ -24,6 +24,10 @@ mod args;
 mod error;
 mod exchange;
 pub mod filter;
+#[cfg(test)]
+mod filter_tests;
+mod flowid;
+mod host;
 pub mod params;
 pub mod path;
 pub mod predicate;
@@ -609,7 +613,7 @@ fn compile_filter(
             s.balance_factor = Some(f);
             return Ok(None);
         }
-        other => return Err(a.fail(format!("unknown filter `{other}`"))),
+        _ => filter::compile(a)?,
     }))
 }
 

@@ -36,6 +36,10 @@ pub struct L7Config {
     /// access log's client address and the consistent-hash key; from any other peer
     /// the header is ignored (default: none, trust nobody).
     pub trusted_proxies: Vec<String>,
+    /// Whether a backend gets the client's Host rather than its own `host:port`
+    /// (default false), for routes without a `preserveHost` filter: skipper's
+    /// `-proxy-preserve-host` flag.
+    pub preserve_host: bool,
 }
 
 impl Default for L7Config {
@@ -52,6 +56,7 @@ impl Default for L7Config {
             retries: 2,
             shutdown_timeout: DurationText::Millis(30_000),
             trusted_proxies: Vec::new(),
+            preserve_host: false,
         }
     }
 }
@@ -79,6 +84,8 @@ pub struct Limits {
     pub shutdown_timeout: Duration,
     /// See [`L7Config::trusted_proxies`].
     pub trusted_proxies: TrustedProxies,
+    /// See [`L7Config::preserve_host`].
+    pub preserve_host: bool,
 }
 
 impl L7Config {
@@ -119,6 +126,7 @@ impl L7Config {
             shutdown_timeout: d("shutdown_timeout", &self.shutdown_timeout)?,
             trusted_proxies: TrustedProxies::parse(&self.trusted_proxies)
                 .map_err(|e| ("l7.trusted_proxies".to_owned(), e.to_string()))?,
+            preserve_host: self.preserve_host,
         })
     }
 }
