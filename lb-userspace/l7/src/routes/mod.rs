@@ -39,6 +39,8 @@ mod template_tests;
 mod tests;
 mod tree;
 #[cfg(test)]
+mod tree_props;
+#[cfg(test)]
 mod tree_tests;
 pub mod values;
 
