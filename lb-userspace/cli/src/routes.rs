@@ -124,11 +124,11 @@ fn explain(
             .map_err(|_| format!("{v:?} is not a header value"))?;
         headers.append(name, value);
     }
+    // No client address is given: source predicates see an untrusted 0.0.0.0.
     let view = RequestView {
-        method: &method,
-        path: uri.path(),
-        host: &args.host,
-        headers: &headers,
+        query: uri.query().unwrap_or(""),
+        now: Some(now),
+        ..RequestView::new(&method, uri.path(), &args.host, &headers)
     };
     let mut out = Explained {
         route: None,

@@ -14,8 +14,9 @@
 //! - routes without one are tried only when the tree yields none;
 //! - among the routes at one tree node (or among those without a path), the one with
 //!   the highest priority that matches wins: one per `Method`, `Methods`, `Host`,
-//!   `PathRegexp`, `True` and `False`, one per header name of `Header` and one per
-//!   header name of `HeaderRegexp`, plus every `Weight(n)` (truncated to an integer);
+//!   `PathRegexp`, `True`, `False`, `Cookie`, `QueryParam`, `Source`,
+//!   `SourceFromLast`, `ClientIP`, `Between`, `After` and `Before`, one per header
+//!   name of `Header` and one per header name of `HeaderRegexp`, plus every `Weight(n)` (truncated to an integer);
 //!   the path predicate does not count;
 //! - remaining ties go to the route written first (skipper's order is then
 //!   unspecified: it comes from a map).
