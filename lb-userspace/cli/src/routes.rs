@@ -124,9 +124,10 @@ fn explain(
             .map_err(|_| format!("{v:?} is not a header value"))?;
         headers.append(name, value);
     }
-    // No client address is given: source predicates see an untrusted 0.0.0.0.
+    // The client named is the peer, untrusted (as for the templates below).
     let view = RequestView {
         query: uri.query().unwrap_or(""),
+        peer: args.client,
         now: Some(now),
         ..RequestView::new(&method, uri.path(), &args.host, &headers)
     };
