@@ -6,10 +6,10 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use lb_l7::{accesslog::AccessLog, accesslog::AccessLogConfig, proxy::L7Config};
 use lb_testbed::{
-    http::{EchoBackend, client, get, raw, send},
+    http::{EchoBackend, client, client_from, get, raw, send},
     l7::{
-        VIP, backend_addr, endpoint, namespace, one_backend_proxy, proxy_with, runtime, service,
-        url,
+        VIP, backend_addr, client_addr, endpoint, namespace, one_backend_proxy, proxy_with,
+        runtime, service, url,
     },
 };
 
@@ -846,5 +846,54 @@ fn the_backend_gets_its_own_host_and_skippers_filters_as_in_skipper() {
         });
         proxy.shutdown();
         keeper.shutdown();
+    });
+}
+
+/// The request predicates through the real proxy: routes keyed by a cookie, a query
+/// parameter, the source (X-Forwarded-For from a trusted proxy only), the peer and the
+/// time, each answering with its name (the unit-level ports of skipper's cases are in
+/// lb-l7's `routes::predicate_tests`).
+#[test]
+fn cookie_query_source_and_time_predicates_pick_the_route() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let (proxy_peer, plain_peer) = (client_addr(0), client_addr(1));
+        let routes = format!(
+            r#"cookie: Cookie("flavour", /^choc$/) -> inlineContent("cookie") -> <shunt>;
+               query: QueryParam("q", /^x/) -> inlineContent("query") -> <shunt>;
+               source: Source("203.0.113.0/24") -> inlineContent("source") -> <shunt>;
+               last: SourceFromLast("192.0.2.9") -> inlineContent("last") -> <shunt>;
+               peer: ClientIP("{plain_peer}") -> inlineContent("peer") -> <shunt>;
+               after: Path("/time") && After("2020-01-01T00:00:00Z") -> inlineContent("after") -> <shunt>;
+               before: Path("/time") && Before(946684800) -> inlineContent("before") -> <shunt>;
+               between: Path("/between") && Between("2020-01-01T00:00:00Z", "2999-01-01T00:00:00Z") -> inlineContent("between") -> <shunt>;
+               gone: Path("/gone") && Between(1, 2) -> inlineContent("gone") -> <shunt>;
+               none: * -> inlineContent("none") -> <shunt>;"#
+        );
+        let config: L7Config = toml::from_str(&format!("trusted_proxies = [\"{proxy_peer}/32\"]")).expect("config");
+        let mut proxy = proxy_with(&config, None);
+        let errors = proxy.apply(&[service("web", 88, Some(&routes), vec![])]);
+        assert!(errors.is_empty(), "{errors:?}");
+        rt.block_on(async {
+            let (c, from_proxy, from_plain) = (client(false), client_from(false, proxy_peer), client_from(false, plain_peer));
+            for (what, c, path, headers, want) in [
+                ("cookie", &c, "/", &[("Cookie", "a=1; flavour=choc")][..], "cookie"),
+                ("other cookie value", &c, "/", &[("Cookie", "flavour=vanilla")][..], "none"),
+                ("query", &c, "/?q=xyz", &[][..], "query"),
+                ("query, no match", &c, "/?q=abc&x=1", &[][..], "none"),
+                ("source from a trusted proxy", &from_proxy, "/", &[("X-Forwarded-For", "203.0.113.7, 198.51.100.1")][..], "source"),
+                ("source, last entry", &from_proxy, "/", &[("X-Forwarded-For", "198.51.100.1, 192.0.2.9")][..], "last"),
+                ("source from an untrusted peer: the peer", &from_plain, "/", &[("X-Forwarded-For", "203.0.113.7")][..], "peer"),
+                ("client ip", &from_plain, "/", &[][..], "peer"),
+                ("after", &c, "/time", &[][..], "after"),
+                ("between", &c, "/between", &[][..], "between"),
+                ("interval over", &c, "/gone", &[][..], "none"),
+            ] {
+                let a = send(c, "GET", &url(88, path), headers, "").await.expect(what);
+                assert_eq!((a.status, a.body.as_str()), (200, want), "{what}");
+            }
+        });
+        proxy.shutdown();
     });
 }

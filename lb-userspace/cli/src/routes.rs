@@ -124,11 +124,12 @@ fn explain(
             .map_err(|_| format!("{v:?} is not a header value"))?;
         headers.append(name, value);
     }
+    // The client named is the peer, untrusted (as for the templates below).
     let view = RequestView {
-        method: &method,
-        path: uri.path(),
-        host: &args.host,
-        headers: &headers,
+        query: uri.query().unwrap_or(""),
+        peer: args.client,
+        now: Some(now),
+        ..RequestView::new(&method, uri.path(), &args.host, &headers)
     };
     let mut out = Explained {
         route: None,

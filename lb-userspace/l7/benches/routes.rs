@@ -157,12 +157,7 @@ impl Requests {
     fn find<'t>(&self, table: &'t RouteTable, k: usize) -> Option<&'t str> {
         let (method, path, host, headers) = &self.list[k % self.list.len()];
         table
-            .find(&RequestView {
-                method,
-                path,
-                host,
-                headers,
-            })
+            .find(&RequestView::new(method, path, host, headers))
             .map(|r| r.id.as_str())
     }
 }

@@ -133,10 +133,13 @@ pub fn eskip(data: &[u8]) {
             continue;
         };
         let view = routes::predicate::RequestView {
-            method: &http::Method::GET,
-            path: uri.path(),
-            host: "shop.example",
-            headers: &headers,
+            query: uri.query().unwrap_or(""),
+            ..routes::predicate::RequestView::new(
+                &http::Method::GET,
+                uri.path(),
+                "shop.example",
+                &headers,
+            )
         };
         let Some(route) = table.find(&view) else {
             continue;

@@ -82,6 +82,10 @@ impl ServiceState {
             path: &head.path,
             host: head.host,
             headers: &parts.headers,
+            query: parts.uri.query().unwrap_or(""),
+            peer: peer.ip(),
+            trusted,
+            now: None,
         };
         let route = table.find_routed(&view);
         if parts.method == Method::CONNECT && !route.is_some_and(Route::allows_connect) {

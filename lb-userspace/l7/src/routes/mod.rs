@@ -14,8 +14,9 @@
 //! - routes without one are tried only when the tree yields none;
 //! - among the routes at one tree node (or among those without a path), the one with
 //!   the highest priority that matches wins: one per `Method`, `Methods`, `Host`,
-//!   `PathRegexp`, `True` and `False`, one per header name of `Header` and one per
-//!   header name of `HeaderRegexp`, plus every `Weight(n)` (truncated to an integer);
+//!   `PathRegexp`, `True`, `False`, `Cookie`, `QueryParam`, `Source`,
+//!   `SourceFromLast`, `ClientIP`, `Between`, `After` and `Before`, one per header
+//!   name of `Header` and one per header name of `HeaderRegexp`, plus every `Weight(n)` (truncated to an integer);
 //!   the path predicate does not count;
 //! - remaining ties go to the route written first (skipper's order is then
 //!   unspecified: it comes from a map).
@@ -31,6 +32,8 @@ mod host;
 pub mod params;
 pub mod path;
 pub mod predicate;
+#[cfg(test)]
+mod predicate_tests;
 pub mod query;
 pub mod template;
 #[cfg(test)]
@@ -464,8 +467,93 @@ fn compile_predicate(
             a.count(0, 0, "no arguments")?;
             Predicate::Const(a.call.name == "True")
         }
-        other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False)"))),
+        "Cookie" => {
+            a.count(2, 2, "a cookie name and a regexp")?;
+            Predicate::Cookie(a.str(0)?.to_owned(), a.regex_shared(1, regexps)?)
+        }
+        "QueryParam" => {
+            a.count(1, 2, "a query key and an optional regexp")?;
+            let re = if a.len() == 2 { Some(a.regex_shared(1, regexps)?) } else { None };
+            Predicate::QueryParam(a.str(0)?.to_owned(), re)
+        }
+        name @ ("Source" | "SourceFromLast" | "ClientIP") => {
+            a.count(1, usize::MAX, "one or more addresses or CIDRs")?;
+            let nets = (0..a.len())
+                .map(|i| predicate::Cidr::parse(a.str(i)?).map_err(|e| a.fail(e)))
+                .collect::<Result<_, _>>()?;
+            let of = match name {
+                "Source" => predicate::SourceOf::First,
+                "SourceFromLast" => predicate::SourceOf::Last,
+                _ => predicate::SourceOf::Peer,
+            };
+            Predicate::Source(of, nets)
+        }
+        "Between" | "After" | "Before" => interval(a)?,
+        other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False, Cookie, QueryParam, Source, SourceFromLast, ClientIP, Between, After, Before)"))),
     }))
+}
+
+/// `Between`, `After` or `Before` in skipper's forms: RFC 3339 strings, or Unix
+/// seconds (numbers, truncated), or local times `2006-01-02T15:04:05` followed by a
+/// time zone name; `Between`'s two of one form, the first earlier than the second.
+fn interval(a: &Args<'_>) -> Result<Predicate, RouteError> {
+    use eskip::Arg;
+    let between = a.call.name == "Between";
+    let times = if between { 2 } else { 1 };
+    let usage = if between {
+        "two RFC 3339 times, two Unix times, or two local times and a time zone"
+    } else {
+        "an RFC 3339 time, a Unix time, or a local time and a time zone"
+    };
+    a.count(times, times + 1, usage)?;
+    let at: Vec<std::time::SystemTime> = if a.len() > times {
+        let tz = predicate::location(a.str(times)?).map_err(|e| a.fail(e))?;
+        (0..times)
+            .map(|i| match &a.call.args[i] {
+                Arg::Str(s) | Arg::Regex(s) => predicate::local_time(s, &tz).map_err(|e| a.fail(e)),
+                _ => Err(a.fail(format!(
+                    "argument {} must be a local time string before a time zone",
+                    i + 1
+                ))),
+            })
+            .collect::<Result<_, _>>()?
+    } else if a.call.args[..times]
+        .iter()
+        .all(|x| matches!(x, Arg::Num(_)))
+    {
+        (0..times)
+            .map(|i| predicate::unix_time(a.num(i)?).map_err(|e| a.fail(e)))
+            .collect::<Result<_, _>>()?
+    } else if a.call.args[..times]
+        .iter()
+        .all(|x| matches!(x, Arg::Str(_) | Arg::Regex(_)))
+    {
+        (0..times)
+            .map(|i| lb_model::units::parse_rfc3339(a.str(i)?).map_err(|e| a.fail(e)))
+            .collect::<Result<_, _>>()?
+    } else {
+        return Err(a.fail(format!("takes {usage}, not a mix")));
+    };
+    Ok(match (a.call.name.as_str(), at.as_slice()) {
+        ("Between", &[from, until]) => {
+            if from >= until {
+                return Err(a.fail("the start must be earlier than the end"));
+            }
+            Predicate::Interval {
+                from: Some(from),
+                until: Some(until),
+            }
+        }
+        ("After", &[from]) => Predicate::Interval {
+            from: Some(from),
+            until: None,
+        },
+        (_, &[until]) => Predicate::Interval {
+            from: None,
+            until: Some(until),
+        },
+        _ => unreachable!("`at` holds `times` entries"),
+    })
 }
 
 /// A filter that acts per request, or `None` for one that configures the route.

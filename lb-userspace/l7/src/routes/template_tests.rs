@@ -481,12 +481,12 @@ fn request(route: &str, target: &str, request: &[(&str, &str)]) -> (Exchange, He
     let uri: http::Uri = target.parse().expect("target");
     let routing = path::routing_path(uri.path()).expect("path").into_owned();
     let r = t
-        .find_routed(&predicate::RequestView {
-            method: &http::Method::GET,
-            path: &routing,
-            host: "lb.example:8080",
-            headers: &HeaderMap::new(),
-        })
+        .find_routed(&predicate::RequestView::new(
+            &http::Method::GET,
+            &routing,
+            "lb.example:8080",
+            &HeaderMap::new(),
+        ))
         .expect("a route matches");
     let base = headers(request);
     let mut ex = Exchange::for_request(&uri, true);

@@ -4,7 +4,7 @@ use http::{HeaderMap, Method, StatusCode};
 
 use super::{filter::on_request, predicate::RequestView, *};
 
-fn parse(text: &str) -> Result<RouteTable, RoutesError> {
+pub(super) fn parse(text: &str) -> Result<RouteTable, RoutesError> {
     let registry = Registry::default();
     let cx = Context {
         registry: &registry,
@@ -29,13 +29,8 @@ fn route_for<'t>(
     path: &str,
     headers: &HeaderMap,
 ) -> Option<&'t str> {
-    t.find(&RequestView {
-        method,
-        path,
-        host: "example.org",
-        headers,
-    })
-    .map(|r| r.id.as_str())
+    t.find(&RequestView::new(method, path, "example.org", headers))
+        .map(|r| r.id.as_str())
 }
 
 #[test]
@@ -89,12 +84,7 @@ fn the_tree_then_the_predicate_count_then_file_order() {
         "Weight(5) beats one more predicate"
     );
     let tt = t
-        .find(&RequestView {
-            method: &get,
-            path: "/q",
-            host: "t.example",
-            headers: &h,
-        })
+        .find(&RequestView::new(&get, "/q", "t.example", &h))
         .map(|r| r.id.as_str());
     assert_eq!(tt, Some("tie1"), "file order breaks ties");
 }

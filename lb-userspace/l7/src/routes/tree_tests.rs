@@ -51,12 +51,12 @@ fn check(groups: &[Group]) {
         let t = table(g.routes);
         for (req, want) in &g.expect {
             let got = t
-                .find(&RequestView {
-                    method: &req.method,
-                    path: req.path,
-                    host: "example.org",
-                    headers: &req.headers,
-                })
+                .find(&RequestView::new(
+                    &req.method,
+                    req.path,
+                    "example.org",
+                    &req.headers,
+                ))
                 .map(|r| r.id.as_str());
             assert_eq!(
                 got, *want,

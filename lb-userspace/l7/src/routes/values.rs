@@ -120,17 +120,23 @@ impl Values<'_> {
     /// The value of cookie `name`: Go's `Request.Cookie` (the first valid pair of that
     /// name in the Cookie lines, surrounding quotes removed).
     pub fn cookie(&self, name: &str) -> Option<&str> {
-        self.headers
-            .all(&COOKIE)
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|line| line.split(';'))
-            .find_map(|pair| {
-                let (n, value) = pair.trim().split_once('=').unwrap_or((pair.trim(), ""));
-                (n.trim() == name && is_token(name))
-                    .then(|| cookie_value(value))
-                    .flatten()
-            })
+        cookie(self.headers, name)
     }
+}
+
+/// The value of cookie `name` in `headers`: Go's `Request.Cookie` (the first valid
+/// pair of that name in the Cookie lines, surrounding quotes removed).
+pub fn cookie<'a>(headers: Headers<'a>, name: &str) -> Option<&'a str> {
+    headers
+        .all(&COOKIE)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|line| line.split(';'))
+        .find_map(|pair| {
+            let (n, value) = pair.trim().split_once('=').unwrap_or((pair.trim(), ""));
+            (n.trim() == name && is_token(name))
+                .then(|| cookie_value(value))
+                .flatten()
+        })
 }
 
 /// skipper's `RemoteHost` (`from_last`: `RemoteHostFromLast`): the first (last) entry
