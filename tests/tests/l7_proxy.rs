@@ -532,6 +532,7 @@ fn lbctl_routes_explains_the_endpoint_the_proxy_then_uses() {
         let urls: Vec<String> = backends.iter().map(|b| format!("\"http://{}\"", b.addr)).collect();
         let routes = format!(
             "health: Path(\"/healthz\") -> inlineContent(\"ok\") -> <shunt>;\n\
+             moved: Path(\"/moved\") -> redirectTo(302, \"/new\") -> <shunt>;\n\
              api: PathSubtree(\"/api\") -> consistentHashKey(\"${{request.header.X-User}}\") -> <consistentHash, {}>;\n",
             urls.join(", ")
         );
@@ -558,6 +559,23 @@ fn lbctl_routes_explains_the_endpoint_the_proxy_then_uses() {
             hits.insert(served_by);
         }
         assert!(hits.len() >= 2, "20 users spread over the endpoints: {hits:?}");
+        // A redirect without a scheme: lbctl explains the Location the proxy sends
+        // (the client's Host names no default port).
+        let host = VIP.to_owned();
+        let out = std::process::Command::new(lb_testbed::lbd::lbctl_binary())
+            .args(["routes", &file_text, "/moved?x=1", "--host", &host, "-o", "json"])
+            .output()
+            .expect("lbctl runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let explained: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let answer = rt
+            .block_on(get(&client(false), &url(80, "/moved?x=1")))
+            .expect("answer");
+        let location = answer.headers.get("location").expect("a Location");
+        assert_eq!(
+            explained["answer"],
+            format!("302 Found, Location: {}", location.to_str().expect("text")),
+        );
         proxy.shutdown();
     });
 }

@@ -12,7 +12,7 @@ use lb_l7::{
     balance::{Algorithm, Pick, Registry},
     routes::{
         Backend, Context as RouteContext, Exchange, RequestInfo, RouteTable, Served, filter,
-        predicate::RequestView,
+        predicate::RequestView, request_scheme,
     },
 };
 
@@ -151,7 +151,7 @@ fn explain(
     // The client named is the peer: lbctl cannot know which proxies lbd trusts.
     let info = RequestInfo {
         method: method.as_str(),
-        scheme: "http",
+        scheme: request_scheme(http::Version::HTTP_11, &uri),
         host: &args.host,
         headers: &headers,
         routing_path: &routing,
@@ -161,73 +161,53 @@ fn explain(
     filter::on_request(&route.filters, &mut ex, &info);
     out.path = ex.path(&uri).to_owned();
     out.query = ex.query(&uri).to_owned();
-    let mut status = http::StatusCode::OK;
-    let mut response_headers = http::HeaderMap::new();
-    out.answer = match (&ex.served, &route.backend) {
-        (Some(Served::Inline { body, content_type }), _) => {
-            filter::on_response(
-                &route.filters,
-                &ex,
-                &info,
-                &mut status,
-                &mut response_headers,
-            );
-            Some(format!(
-                "{status} inline, {} bytes of {}",
+    // An answer given without a backend: its status, and what follows the status (after
+    // the response filters, which may change the status) in the explanation.
+    let answered = match (&ex.served, &route.backend) {
+        (Some(Served::Inline { body, content_type }), _) => Some((
+            http::StatusCode::OK,
+            format!(
+                " inline, {} bytes of {}",
                 body.len(),
                 content_type.to_str().unwrap_or("?")
-            ))
+            ),
+        )),
+        (Some(Served::Redirect { status, location }), _) => {
+            Some((*status, format!(", Location: {location}")))
         }
-        (
-            Some(Served::Redirect {
-                status: s,
-                location,
-            }),
-            _,
-        ) => {
-            status = *s;
-            filter::on_response(
-                &route.filters,
-                &ex,
-                &info,
-                &mut status,
-                &mut response_headers,
-            );
-            Some(format!("{status}, Location: {location}"))
-        }
-        (None, Backend::Shunt) => {
-            status = http::StatusCode::NOT_FOUND;
-            filter::on_response(
-                &route.filters,
-                &ex,
-                &info,
-                &mut status,
-                &mut response_headers,
-            );
-            Some(format!("{status} (shunt)"))
-        }
-        (None, Backend::Pool(pool)) => {
-            let set = pool.set.load();
-            let algorithm = pool.balancer.algorithm();
-            out.algorithm = Some(algorithm.name().to_owned());
-            out.endpoints = set
-                .endpoints()
-                .iter()
-                .map(|e| format!("{} (weight {})", e.authority, e.weight))
-                .collect();
-            if set.is_empty() {
-                out.endpoints
-                    .push("(the service's own backends, from lbd)".into());
-            } else if set.len() == 1 || matches!(algorithm, Algorithm::ConsistentHash { .. }) {
-                let key = ex.key_hash(args.client);
-                out.pick = pool
-                    .balancer
-                    .pick(&set, &Pick { now, key })
-                    .map(|i| set.endpoints()[i].authority.to_string());
-            }
-            None
-        }
+        (None, Backend::Shunt) => Some((http::StatusCode::NOT_FOUND, " (shunt)".to_owned())),
+        (None, Backend::Pool(_)) => None,
     };
+    if let Some((mut status, rest)) = answered {
+        let mut response_headers = http::HeaderMap::new();
+        filter::on_response(
+            &route.filters,
+            &ex,
+            &info,
+            &mut status,
+            &mut response_headers,
+        );
+        out.answer = Some(format!("{status}{rest}"));
+    } else if let Backend::Pool(pool) = &route.backend {
+        let set = pool.set.load();
+        let algorithm = pool.balancer.algorithm();
+        out.algorithm = Some(algorithm.name().to_owned());
+        out.endpoints = set
+            .endpoints()
+            .iter()
+            .map(|e| format!("{} (weight {})", e.authority, e.weight))
+            .collect();
+        if set.is_empty() {
+            out.endpoints
+                .push("(the service's own backends, from lbd)".into());
+        } else if set.len() == 1 || matches!(algorithm, Algorithm::ConsistentHash { .. }) {
+            let key = ex.key_hash(args.client);
+            out.pick = pool
+                .balancer
+                .pick(&set, &Pick { now, key })
+                .map(|i| set.endpoints()[i].authority.to_string());
+        }
+    }
     Ok(out)
 }
 

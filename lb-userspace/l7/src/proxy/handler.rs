@@ -26,6 +26,7 @@ use crate::{
         Backend, Exchange, RequestInfo, Route, Served,
         filter::{self, UpstreamHost},
         predicate::RequestView,
+        request_scheme,
     },
 };
 use lb_model::throttle::Throttle;
@@ -110,7 +111,7 @@ impl ServiceState {
         };
         let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
         ex.host = UpstreamHost::initial(self.shared.limits.preserve_host);
-        let scheme = request_scheme(&parts);
+        let scheme = request_scheme(parts.version, &parts.uri);
         let info = RequestInfo {
             method: parts.method.as_str(),
             scheme,
@@ -287,17 +288,6 @@ struct Kept {
 enum Out {
     Inline(Bytes),
     Upstream(Incoming),
-}
-
-/// The request's scheme as skipper's filters see it (`redirectTo` without one uses
-/// it): Go's server knows a scheme only from an absolute-form HTTP/1 target
-/// (`GET http://host/path`), and a redirect otherwise goes to `https`.
-fn request_scheme(parts: &http::request::Parts) -> &'static str {
-    match (parts.version, parts.uri.scheme_str()) {
-        (Version::HTTP_2, _) | (_, None) => "https",
-        (_, Some(s)) if s.eq_ignore_ascii_case("http") => "http",
-        _ => "https",
-    }
 }
 
 /// An answer of the proxy's own for a request it could not route or forward, as

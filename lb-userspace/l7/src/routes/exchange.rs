@@ -101,6 +101,18 @@ pub enum Served {
     },
 }
 
+/// The request's scheme as skipper's filters see it (`redirectTo` without one uses
+/// it): Go's server knows a scheme only from an absolute-form HTTP/1 target
+/// (`GET http://host/path`), and a redirect otherwise goes to `https`. The proxy and
+/// `lbctl routes` both take it from here, so an explained redirect is the one served.
+pub fn request_scheme(version: http::Version, uri: &http::Uri) -> &'static str {
+    match (version, uri.scheme_str()) {
+        (http::Version::HTTP_2, _) | (_, None) => "https",
+        (_, Some(s)) if s.eq_ignore_ascii_case("http") => "http",
+        _ => "https",
+    }
+}
+
 /// What filters read of a request besides what they change.
 ///
 /// For response filters the proxy passes the request's headers only when a response

@@ -52,7 +52,7 @@ use std::{cmp::Reverse, collections::HashMap, sync::Arc, time::SystemTime};
 use arc_swap::ArcSwap;
 use args::Args;
 pub use error::{RouteError, RouteProblem, RoutesError};
-pub use exchange::{Exchange, RequestInfo, Served, client_source};
+pub use exchange::{Exchange, RequestInfo, Served, client_source, request_scheme};
 pub use filter::Filter;
 use params::ParamRef;
 use predicate::{PathMatch, Predicate, RequestView};
