@@ -533,11 +533,14 @@ fn lbctl_routes_explains_the_endpoint_the_proxy_then_uses() {
         let routes = format!(
             "health: Path(\"/healthz\") -> inlineContent(\"ok\") -> <shunt>;\n\
              moved: Path(\"/moved\") -> redirectTo(302, \"/new\") -> <shunt>;\n\
-             api: PathSubtree(\"/api\") -> consistentHashKey(\"${{request.header.X-User}}\") -> <consistentHash, {}>;\n",
-            urls.join(", ")
+             api: PathSubtree(\"/api\") -> consistentHashKey(\"${{request.header.X-User}}\") -> <consistentHash, {urls}>;\n\
+             byclient: PathSubtree(\"/byclient\") -> <consistentHash, {urls}>;\n",
+            urls = urls.join(", ")
         );
         std::fs::write(&file_text, &routes).expect("routes file");
-        let mut proxy = proxy_with(&L7Config::default(), None);
+        let proxy_peer = client_addr(8);
+        let config: L7Config = toml::from_str(&format!("trusted_proxies = [\"{proxy_peer}/32\"]")).expect("config");
+        let mut proxy = proxy_with(&config, None);
         assert!(proxy.apply(&[service("svc", 80, Some(&routes), vec![])]).is_empty());
         let mut hits = std::collections::BTreeSet::new();
         for user in 0..20 {
@@ -559,6 +562,30 @@ fn lbctl_routes_explains_the_endpoint_the_proxy_then_uses() {
             hits.insert(served_by);
         }
         assert!(hits.len() >= 2, "20 users spread over the endpoints: {hits:?}");
+        // Without a key the client is the key: behind a trusted proxy, the first
+        // X-Forwarded-For address (lbctl used to hash the peer instead).
+        let mut hits = std::collections::BTreeSet::new();
+        let via_proxy = client_from(false, proxy_peer);
+        for user in 0..20 {
+            let xff = format!("198.18.1.{user}");
+            let header = format!("X-Forwarded-For: {xff}");
+            let peer = proxy_peer.to_string();
+            let out = std::process::Command::new(lb_testbed::lbd::lbctl_binary())
+                .args(["routes", &file_text, "/byclient", "-H", &header, "--client", &peer, "--trusted", "-o", "json"])
+                .output()
+                .expect("lbctl runs");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let explained: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            let predicted = explained["pick"].as_str().expect("a pick").to_owned();
+            let answer = rt
+                .block_on(send(&via_proxy, "GET", &url(80, "/byclient"), &[("X-Forwarded-For", &xff)], ""))
+                .expect("answer");
+            let index: usize = answer.backend().trim_start_matches('b').parse().expect("an echo backend's name");
+            let served_by = backends[index].addr.to_string();
+            assert_eq!(predicted, served_by, "client {xff}");
+            hits.insert(served_by);
+        }
+        assert!(hits.len() >= 2, "20 clients spread over the endpoints: {hits:?}");
         // A redirect without a scheme: lbctl explains the Location the proxy sends
         // (the client's Host names no default port).
         let host = VIP.to_owned();

@@ -1,7 +1,9 @@
 //! `lbctl routes FILE [PATH]`: check an eskip route file (the routes in match order),
 //! and explain which route a request would take and what it would do — path and query
-//! after the filters, the answer a filter gives, or the backend and its endpoints (for
-//! `consistentHash` with a key, the endpoint itself). Works without lbd.
+//! after the filters, the answer given without a backend (with its headers after the
+//! response filters), or the backend and its endpoints (for `consistentHash`, the
+//! endpoint the key picks). The decision is [`lb_l7::routes::plan::plan`]'s, the
+//! proxy's own. Works without lbd.
 
 use std::{path::PathBuf, time::SystemTime};
 
@@ -11,8 +13,8 @@ use super::{Context, Outcome};
 use lb_l7::{
     balance::{Algorithm, Pick, Registry},
     routes::{
-        Backend, Context as RouteContext, Exchange, RequestInfo, RouteTable, Served, filter,
-        predicate::RequestView, request_scheme,
+        Context as RouteContext, RouteTable, head,
+        plan::{self, Answer, Answered, Outcome as Fate},
     },
 };
 
@@ -36,6 +38,18 @@ pub struct Args {
     /// back to it).
     #[arg(long, default_value = "0.0.0.0")]
     client: std::net::IpAddr,
+    /// The client is a trusted proxy: its X-Forwarded-For is believed (lbd's
+    /// `trusted_proxies`).
+    #[arg(long)]
+    trusted: bool,
+    /// The time `Between`, `After` and `Before` compare with (RFC 3339); now by
+    /// default.
+    #[arg(long, value_parser = parse_time)]
+    at: Option<SystemTime>,
+}
+
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    lb_model::units::parse_rfc3339(text).map_err(|e| format!("{text:?}: {e}"))
 }
 
 #[derive(Debug, Serialize)]
@@ -53,8 +67,12 @@ struct Explained {
     /// Path and query the backend would see.
     path: String,
     query: String,
-    /// An answer given without a backend: status and Location or body size.
+    /// The status of an answer given without a backend.
+    status: Option<u16>,
+    /// That answer: status and Location or body size, or why it is given.
     answer: Option<String>,
+    /// That answer's headers, after the response filters.
+    headers: Vec<String>,
     /// The algorithm and endpoints, if a backend is asked.
     algorithm: Option<String>,
     endpoints: Vec<String>,
@@ -108,6 +126,72 @@ fn explain(
     target: &str,
     now: SystemTime,
 ) -> Result<Explained, String> {
+    let parts = request_parts(args, target)?;
+    let mut out = Explained {
+        route: None,
+        source: None,
+        path: parts.uri.path().to_owned(),
+        query: parts.uri.query().unwrap_or("").to_owned(),
+        status: None,
+        answer: None,
+        headers: Vec::new(),
+        algorithm: None,
+        endpoints: Vec::new(),
+        pick: None,
+    };
+    let head = match head::check(&parts) {
+        Ok(head) => head,
+        Err(why) => {
+            describe(&mut out, &plan::refused(why));
+            return Ok(out);
+        }
+    };
+    let request = plan::Request {
+        parts: &parts,
+        head: &head,
+        peer: args.client,
+        trusted: args.trusted,
+        now: Some(args.at.unwrap_or(now)),
+    };
+    // The node's `preserve_host` is not known here; it changes only the Host sent.
+    let plan = plan::plan(table, &request, false);
+    if let Some(route) = plan.route {
+        out.route = Some(route.id.clone());
+        out.source = Some(route.source.clone());
+        out.path = plan.exchange.path(&parts.uri).to_owned();
+        out.query = plan.exchange.query(&parts.uri).to_owned();
+    }
+    let (pool, key) = match &plan.outcome {
+        Fate::Answer(a) => {
+            describe(&mut out, a);
+            return Ok(out);
+        }
+        Fate::Forward { pool, key } => (pool, *key),
+        Fate::Tunnel(pool) => (pool, 0),
+    };
+    let set = pool.set.load();
+    let algorithm = pool.balancer.algorithm();
+    out.algorithm = Some(algorithm.name().to_owned());
+    out.endpoints = set
+        .endpoints()
+        .iter()
+        .map(|e| format!("{} (weight {})", e.authority, e.weight))
+        .collect();
+    if set.is_empty() {
+        out.endpoints
+            .push("(the service's own backends, from lbd)".into());
+    } else if set.len() == 1 || matches!(algorithm, Algorithm::ConsistentHash { .. }) {
+        out.pick = pool
+            .balancer
+            .pick(&set, &Pick { now, key })
+            .map(|i| set.endpoints()[i].authority.to_string());
+    }
+    Ok(out)
+}
+
+/// The request head `lbctl routes` explains: HTTP/1.1, `--host` as its Host unless a
+/// `-H Host:` names one.
+fn request_parts(args: &Args, target: &str) -> Result<http::request::Parts, String> {
     let uri: http::Uri = target
         .parse()
         .map_err(|e| format!("{target:?} is not a request path: {e}"))?;
@@ -124,91 +208,48 @@ fn explain(
             .map_err(|_| format!("{v:?} is not a header value"))?;
         headers.append(name, value);
     }
-    // The client named is the peer, untrusted (as for the templates below).
-    let view = RequestView {
-        query: uri.query().unwrap_or(""),
-        peer: args.client,
-        now: Some(now),
-        ..RequestView::new(&method, uri.path(), &args.host, &headers)
-    };
-    let mut out = Explained {
-        route: None,
-        source: None,
-        path: uri.path().to_owned(),
-        query: uri.query().unwrap_or("").to_owned(),
-        answer: Some("404 (no route matches)".into()),
-        algorithm: None,
-        endpoints: Vec::new(),
-        pick: None,
-    };
-    let Some(route) = table.find(&view) else {
-        return Ok(out);
-    };
-    out.route = Some(route.id.clone());
-    out.source = Some(route.source.clone());
-    let mut ex = Exchange::for_request(&uri, !route.filters.is_empty());
-    let routing = lb_l7::routes::path::routing_path(uri.path()).map_err(|e| e.to_string())?;
-    // The client named is the peer: lbctl cannot know which proxies lbd trusts.
-    let info = RequestInfo {
-        method: method.as_str(),
-        scheme: request_scheme(http::Version::HTTP_11, &uri),
-        host: &args.host,
-        headers: &headers,
-        routing_path: &routing,
-        peer: args.client,
-        trusted: false,
-    };
-    filter::on_request(&route.filters, &mut ex, &info);
-    out.path = ex.path(&uri).to_owned();
-    out.query = ex.query(&uri).to_owned();
-    // An answer given without a backend: its status, and what follows the status (after
-    // the response filters, which may change the status) in the explanation.
-    let answered = match (&ex.served, &route.backend) {
-        (Some(Served::Inline { body, content_type }), _) => Some((
-            http::StatusCode::OK,
-            format!(
-                " inline, {} bytes of {}",
-                body.len(),
-                content_type.to_str().unwrap_or("?")
-            ),
-        )),
-        (Some(Served::Redirect { status, location }), _) => {
-            Some((*status, format!(", Location: {location}")))
-        }
-        (None, Backend::Shunt) => Some((http::StatusCode::NOT_FOUND, " (shunt)".to_owned())),
-        (None, Backend::Pool(_)) => None,
-    };
-    if let Some((mut status, rest)) = answered {
-        let mut response_headers = http::HeaderMap::new();
-        filter::on_response(
-            &route.filters,
-            &ex,
-            &info,
-            &mut status,
-            &mut response_headers,
-        );
-        out.answer = Some(format!("{status}{rest}"));
-    } else if let Backend::Pool(pool) = &route.backend {
-        let set = pool.set.load();
-        let algorithm = pool.balancer.algorithm();
-        out.algorithm = Some(algorithm.name().to_owned());
-        out.endpoints = set
-            .endpoints()
-            .iter()
-            .map(|e| format!("{} (weight {})", e.authority, e.weight))
-            .collect();
-        if set.is_empty() {
-            out.endpoints
-                .push("(the service's own backends, from lbd)".into());
-        } else if set.len() == 1 || matches!(algorithm, Algorithm::ConsistentHash { .. }) {
-            let key = ex.key_hash(args.client);
-            out.pick = pool
-                .balancer
-                .pick(&set, &Pick { now, key })
-                .map(|i| set.endpoints()[i].authority.to_string());
-        }
+    if !headers.contains_key(http::header::HOST) {
+        let host = http::HeaderValue::from_str(&args.host)
+            .map_err(|_| format!("{:?} is not a Host value", args.host))?;
+        headers.insert(http::header::HOST, host);
     }
-    Ok(out)
+    let mut parts = http::Request::new(()).into_parts().0;
+    parts.method = method;
+    parts.uri = uri;
+    parts.headers = headers;
+    Ok(parts)
+}
+
+/// An answer given without a backend: its status, what follows the status in the
+/// explanation, and its headers.
+fn describe(out: &mut Explained, a: &Answer) {
+    let rest = match a.why {
+        Answered::NoRoute => " (no route matches)".to_owned(),
+        Answered::ConnectRefused => {
+            " (CONNECT is allowed only by a Method(\"CONNECT\") route)".into()
+        }
+        Answered::Shunt => " (shunt)".into(),
+        Answered::Refused => format!(" ({})", String::from_utf8_lossy(&a.body).trim_end()),
+        Answered::BackendFailed => String::new(),
+        Answered::Filter => match a.headers.get(http::header::LOCATION) {
+            Some(l) => format!(", Location: {}", l.to_str().unwrap_or("?")),
+            None => format!(
+                " inline, {} bytes of {}",
+                a.body.len(),
+                a.headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("?")
+            ),
+        },
+    };
+    out.status = Some(a.status.as_u16());
+    out.answer = Some(format!("{}{rest}", a.status));
+    out.headers = a
+        .headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", String::from_utf8_lossy(v.as_bytes())))
+        .collect();
 }
 
 fn render(e: &Explained) -> String {
@@ -225,6 +266,9 @@ fn render(e: &Explained) -> String {
     lines.push(("after filters", format!("{}{query}", e.path)));
     if let Some(a) = &e.answer {
         lines.push(("answer", a.clone()));
+        for h in &e.headers {
+            lines.push(("header", h.clone()));
+        }
     }
     if let Some(a) = &e.algorithm {
         lines.push(("algorithm", a.clone()));

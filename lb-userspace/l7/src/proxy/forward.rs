@@ -22,15 +22,14 @@ use std::{
     time::{Instant, SystemTime},
 };
 
-use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, Uri, header};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
 use super::{body::UpBody, headers, service::ServiceState};
 use crate::{
-    balance::{Algorithm, InFlight, Pick},
-    routes::{Exchange, Pool, client_source, filter::UpstreamHost, values::Headers},
+    balance::{InFlight, Pick},
+    routes::{Exchange, Pool, filter::UpstreamHost},
 };
 
 /// Why no backend answered.
@@ -54,9 +53,9 @@ pub(super) struct Outgoing<'a> {
     pub parts: http::request::Parts,
     pub body: Incoming,
     pub ex: &'a Exchange,
+    /// The consistent-hash key ([`crate::routes::plan::Outcome::Forward`]).
+    pub key: u64,
     pub peer: SocketAddr,
-    /// Whether the peer's X-Forwarded-For is believed.
-    pub trusted: bool,
     pub now: SystemTime,
 }
 
@@ -71,8 +70,8 @@ pub(super) async fn forward(
         parts,
         body,
         ex,
+        key,
         peer,
-        trusted,
         now,
     } = out;
     let http::request::Parts {
@@ -83,16 +82,6 @@ pub(super) async fn forward(
     } = parts;
     let set = pool.set.load_full();
     let n = set.len();
-    let key = match pool.balancer.algorithm() {
-        Algorithm::ConsistentHash { .. } => {
-            let current = Headers {
-                base: &headers,
-                edits: &ex.edits,
-            };
-            ex.key_hash(client_source(current, peer.ip(), trusted, false))
-        }
-        _ => 0,
-    };
     let first = pool
         .balancer
         .pick(&set, &Pick { now, key })
@@ -109,36 +98,10 @@ pub(super) async fn forward(
         body,
         failed: Arc::clone(&failed),
     });
-    // The client's Host, read before a filter's edits could drop it.
-    let incoming_host = headers.get(header::HOST).cloned().or_else(|| {
-        uri.authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
-    // The filters' changes come first, as skipper's filters change the request before
-    // the proxy maps it to the backend's.
-    for edit in &ex.edits {
-        edit.apply(&mut headers);
-    }
-    headers::strip_hop_by_hop(&mut headers);
-    if !bodiless && !headers.contains_key(header::CONTENT_LENGTH) {
-        headers.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-    }
-    headers::add_forwarded(&mut headers, peer.ip(), "http");
-    // `None`: each attempt's endpoint's own `host:port`.
-    let host = match &ex.host {
-        UpstreamHost::Backend => None,
-        UpstreamHost::Incoming => incoming_host.filter(|h| !h.is_empty()),
-        UpstreamHost::Set(v) => Some(v.clone()),
-    };
-    if let Some(h) = host.clone() {
-        headers.insert(header::HOST, h);
-    }
+    let host = upstream_head(&mut headers, &uri, ex, peer.ip(), bodiless);
     // skipper's `backendTimeout` is one deadline for every attempt.
     let deadline = ex.backend_timeout.map(|d| Instant::now() + d);
-    let path_and_query = upstream_path(&uri, ex).ok_or(Failure::Upstream)?;
+    let path_and_query = ex.target(&uri).ok_or(Failure::Upstream)?;
     let mut last = Failure::Unreachable;
     for attempt in 0..attempts {
         let i = if first + attempt >= n {
@@ -224,21 +187,41 @@ fn is_idempotent(m: &Method) -> bool {
     )
 }
 
-/// The path and query for the backend: the request's own (shared, not copied) unless
-/// a filter rewrote them.
-fn upstream_path(uri: &Uri, ex: &Exchange) -> Option<http::uri::PathAndQuery> {
-    if !ex.rewritten {
-        return Some(
-            uri.path_and_query()
-                .cloned()
-                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+/// Turns the client's headers into the backend's, in place: the filters' edits first
+/// (as skipper's filters change the request before the proxy maps it), hop-by-hop
+/// headers out, `Transfer-Encoding: chunked` for a body without a length,
+/// X-Forwarded-For/-Proto. Returns the Host to send; `None`: each attempt's
+/// endpoint's own `host:port`.
+pub(crate) fn upstream_head(
+    headers: &mut http::HeaderMap,
+    uri: &Uri,
+    ex: &Exchange,
+    peer: std::net::IpAddr,
+    bodiless: bool,
+) -> Option<HeaderValue> {
+    // The client's Host, read before a filter's edits could drop it.
+    let incoming_host = headers.get(header::HOST).cloned().or_else(|| {
+        uri.authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    for edit in &ex.edits {
+        edit.apply(headers);
+    }
+    headers::strip_hop_by_hop(headers);
+    if !bodiless && !headers.contains_key(header::CONTENT_LENGTH) {
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
         );
     }
-    let mut pq = String::with_capacity(ex.path.len() + ex.query.len() + 1);
-    pq.push_str(if ex.path.is_empty() { "/" } else { &ex.path });
-    if !ex.query.is_empty() {
-        pq.push('?');
-        pq.push_str(&ex.query);
+    headers::add_forwarded(headers, peer, "http");
+    let host = match &ex.host {
+        UpstreamHost::Backend => None,
+        UpstreamHost::Incoming => incoming_host.filter(|h| !h.is_empty()),
+        UpstreamHost::Set(v) => Some(v.clone()),
+    };
+    if let Some(h) = host.clone() {
+        headers.insert(header::HOST, h);
     }
-    http::uri::PathAndQuery::from_maybe_shared(Bytes::from(pq)).ok()
+    host
 }

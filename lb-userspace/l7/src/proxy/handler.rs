@@ -9,23 +9,22 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
 
 use super::{
     activity::Activity,
     body::{self, Finish, LogRecord, ProxyBody},
     forward::{Failure, Outgoing, forward},
-    headers, request,
+    headers,
     service::ServiceState,
     tunnel,
 };
 use crate::{
     accesslog::StatusSet,
     routes::{
-        Backend, Exchange, RequestInfo, Route, Served,
-        filter::{self, UpstreamHost},
-        predicate::RequestView,
+        RequestInfo, filter, head,
+        plan::{self, Answer, Answered, Outcome, Plan},
         request_scheme,
     },
 };
@@ -51,7 +50,7 @@ impl ServiceState {
             inflight: None,
             activity,
         };
-        let head = match request::check(&parts) {
+        let head = match head::check(&parts) {
             Ok(head) => head,
             Err(refusal) => {
                 self.shared
@@ -73,55 +72,36 @@ impl ServiceState {
                     finish.log = self.log_record(&parts, peer, trusted, time, status, None);
                 }
                 self.stats.count(status);
-                let text = Bytes::from(format!("{refusal}\n"));
-                return finished(plain(status, text, None), finish, version);
+                return finished(inline(plan::refused(refusal)), finish, version);
             }
         };
         let table = self.routes.load_full();
-        let view = RequestView {
-            method: &parts.method,
-            path: &head.path,
-            host: head.host,
-            headers: &parts.headers,
-            query: parts.uri.query().unwrap_or(""),
+        let request = plan::Request {
+            parts: &parts,
+            head: &head,
             peer: peer.ip(),
             trusted,
             now: None,
         };
-        let route = table.find_routed(&view);
-        if parts.method == Method::CONNECT && !route.is_some_and(Route::allows_connect) {
-            let status = StatusCode::METHOD_NOT_ALLOWED;
-            if self.shared.log_default {
-                finish.log = self.log_record(&parts, peer, trusted, time, status, None);
-            }
-            self.stats.count(status);
-            let text = Bytes::from_static(b"CONNECT is not allowed here\n");
-            let mut r = plain(status, text, None);
-            r.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
-            return finished(r, finish, version);
-        }
+        let Plan {
+            route,
+            exchange,
+            outcome,
+        } = plan::plan(&table, &request, self.shared.limits.preserve_host);
         let Some(route) = route else {
-            self.stats.no_route.fetch_add(1, Ordering::Relaxed);
-            let status = StatusCode::NOT_FOUND;
-            if self.shared.log_default {
-                finish.log = self.log_record(&parts, peer, trusted, time, status, None);
+            let Outcome::Answer(a) = outcome else {
+                unreachable!("a request without a route is answered")
+            };
+            if a.why == Answered::NoRoute {
+                self.stats.no_route.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.stats.count(a.status);
             }
-            return finished(proxy_error(status), finish, version);
+            if self.shared.log_default {
+                finish.log = self.log_record(&parts, peer, trusted, time, a.status, None);
+            }
+            return finished(inline(a), finish, version);
         };
-        let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
-        ex.host = UpstreamHost::initial(self.shared.limits.preserve_host);
-        let scheme = request_scheme(parts.version, &parts.uri);
-        let info = RequestInfo {
-            method: parts.method.as_str(),
-            scheme,
-            host: head.host,
-            headers: &parts.headers,
-            routing_path: &head.path,
-            peer: peer.ip(),
-            trusted,
-        };
-        filter::on_request(&route.filters, &mut ex, &info);
         // The request goes to the backend by move; response templates that read it
         // get a copy of what they read (see `Route::response_reads_request`).
         let kept = route.response_reads_request.then(|| Kept {
@@ -129,7 +109,7 @@ impl ServiceState {
             routing_path: head.path.clone().into_owned(),
             host: head.host.to_owned(),
         });
-        let method = parts.method.clone();
+        let scheme = request_scheme(parts.version, &parts.uri);
         // What the log line needs is taken now (shared bytes, no copies): the request
         // head goes to the backend by move.
         let may_log = route
@@ -148,60 +128,52 @@ impl ServiceState {
             None
         };
         if let Some(r) = &mut record {
-            r.after_filters(&ex);
+            r.after_filters(&exchange);
         }
-        let (mut response, inflight) = match (ex.served.take(), &route.backend) {
-            (Some(Served::Inline { body, content_type }), _) => {
-                (plain(StatusCode::OK, body, Some(content_type)), None)
-            }
-            (Some(Served::Redirect { status, location }), _) => {
-                let mut r = plain(status, Bytes::new(), None);
-                if let Ok(v) = HeaderValue::from_str(&location) {
-                    r.headers_mut().insert(header::LOCATION, v);
-                }
-                (r, None)
-            }
-            (None, Backend::Shunt) => (plain(StatusCode::NOT_FOUND, Bytes::new(), None), None),
-            (None, Backend::Pool(pool)) if parts.method == Method::CONNECT => {
-                match tunnel::open(self, pool, parts, time).await {
-                    Ok((r, inflight)) => (r.map(Out::Upstream), inflight),
-                    Err(f) => (self.failure(f), None),
-                }
-            }
-            (None, Backend::Pool(pool)) => {
+        let method = parts.method.clone();
+        let (mut response, inflight, upstream) = match outcome {
+            // The route's response filters have run on its own answers.
+            Outcome::Answer(a) => (inline(a), None, false),
+            Outcome::Tunnel(pool) => match tunnel::open(self, pool, parts, time).await {
+                Ok((r, inflight)) => (r.map(Out::Upstream), inflight, true),
+                Err(f) => (self.failure(f), None, true),
+            },
+            Outcome::Forward { pool, key } => {
                 let out = Outgoing {
                     parts,
                     body,
-                    ex: &ex,
+                    ex: &exchange,
+                    key,
                     peer,
-                    trusted,
                     now: time,
                 };
                 match forward(self, pool, out).await {
-                    Ok((r, inflight)) => (r.map(Out::Upstream), Some(inflight)),
-                    Err(f) => (self.failure(f), None),
+                    Ok((r, inflight)) => (r.map(Out::Upstream), Some(inflight), true),
+                    Err(f) => (self.failure(f), None, true),
                 }
             }
         };
         let mut status = response.status();
-        let empty = http::HeaderMap::new();
-        let info = RequestInfo {
-            method: method.as_str(),
-            scheme,
-            host: kept.as_ref().map_or("", |k| &k.host),
-            headers: kept.as_ref().map_or(&empty, |k| &k.headers),
-            routing_path: kept.as_ref().map_or("", |k| &k.routing_path),
-            peer: peer.ip(),
-            trusted,
-        };
-        filter::on_response(
-            &route.filters,
-            &ex,
-            &info,
-            &mut status,
-            response.headers_mut(),
-        );
-        *response.status_mut() = status;
+        if upstream {
+            let empty = http::HeaderMap::new();
+            let info = RequestInfo {
+                method: method.as_str(),
+                scheme,
+                host: kept.as_ref().map_or("", |k| &k.host),
+                headers: kept.as_ref().map_or(&empty, |k| &k.headers),
+                routing_path: kept.as_ref().map_or("", |k| &k.routing_path),
+                peer: peer.ip(),
+                trusted,
+            };
+            filter::on_response(
+                &route.filters,
+                &exchange,
+                &info,
+                &mut status,
+                response.headers_mut(),
+            );
+            *response.status_mut() = status;
+        }
         headers::strip_hop_by_hop(response.headers_mut());
         self.stats.count(status);
         let logs = route
@@ -231,11 +203,14 @@ impl ServiceState {
                     .fetch_add(1, Ordering::Relaxed);
                 // hyper closes the connection after a body it could not read: the
                 // rest of the stream cannot frame a next request.
-                return proxy_error(StatusCode::BAD_REQUEST);
+                return inline(Answer::error(
+                    Answered::BackendFailed,
+                    StatusCode::BAD_REQUEST,
+                ));
             }
         };
         self.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
-        proxy_error(status)
+        inline(Answer::error(Answered::BackendFailed, status))
     }
 
     fn log_record(
@@ -274,9 +249,6 @@ impl ServiceState {
     }
 }
 
-/// What a 405 to CONNECT says is allowed: every method the proxy forwards.
-const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE";
-
 /// What response templates read of a request that went to the backend.
 struct Kept {
     headers: http::HeaderMap,
@@ -290,28 +262,11 @@ enum Out {
     Upstream(Incoming),
 }
 
-/// An answer of the proxy's own for a request it could not route or forward, as
-/// skipper's `makeErrorResponse` writes it: the status's reason phrase and a line feed
-/// as a plain-text body, with `X-Content-Type-Options: nosniff`. (skipper also adds
-/// `Server: Skipper`, which is not ours to send.)
-fn proxy_error(status: StatusCode) -> Response<Out> {
-    let text = format!("{}\n", status.canonical_reason().unwrap_or(""));
-    let mut r = plain(status, Bytes::from(text), None);
-    r.headers_mut().insert(
-        http::HeaderName::from_static("x-content-type-options"),
-        HeaderValue::from_static("nosniff"),
-    );
-    r
-}
-
-fn plain(status: StatusCode, body: Bytes, content_type: Option<HeaderValue>) -> Response<Out> {
-    let mut r = Response::new(Out::Inline(Bytes::new()));
-    *r.status_mut() = status;
-    if !body.is_empty() {
-        let ct = content_type.unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
-        r.headers_mut().insert(header::CONTENT_TYPE, ct);
-        *r.body_mut() = Out::Inline(body);
-    }
+/// An answer of the proxy's own as a response.
+fn inline(a: Answer) -> Response<Out> {
+    let mut r = Response::new(Out::Inline(a.body));
+    *r.status_mut() = a.status;
+    *r.headers_mut() = a.headers;
     r
 }
 

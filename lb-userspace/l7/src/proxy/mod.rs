@@ -11,12 +11,11 @@
 mod activity;
 mod apply;
 mod body;
-mod forward;
+pub(crate) mod forward;
 mod handler;
 pub mod headers;
 mod listen;
 mod pending;
-mod request;
 mod service;
 #[cfg(test)]
 mod tests;

@@ -72,6 +72,29 @@ impl Exchange {
         }
     }
 
+    /// The path and query for the backend: the request's own (shared, not copied)
+    /// unless a filter rewrote them; `None` if a rewrite is no valid target.
+    pub fn target(&self, uri: &http::Uri) -> Option<http::uri::PathAndQuery> {
+        if !self.rewritten {
+            return Some(
+                uri.path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+            );
+        }
+        let mut pq = String::with_capacity(self.path.len() + self.query.len() + 1);
+        pq.push_str(if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        });
+        if !self.query.is_empty() {
+            pq.push('?');
+            pq.push_str(&self.query);
+        }
+        http::uri::PathAndQuery::from_maybe_shared(Bytes::from(pq)).ok()
+    }
+
     /// The query the backend sees (without `?`).
     pub fn query<'a>(&'a self, uri: &'a http::Uri) -> &'a str {
         if self.rewritten {

@@ -28,9 +28,11 @@ pub mod filter;
 #[cfg(test)]
 mod filter_tests;
 mod flowid;
+pub mod head;
 mod host;
 pub mod params;
 pub mod path;
+pub mod plan;
 pub mod predicate;
 #[cfg(test)]
 mod predicate_tests;

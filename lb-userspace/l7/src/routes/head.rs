@@ -11,11 +11,11 @@ use std::borrow::Cow;
 
 use http::{HeaderValue, Version, header, request::Parts, uri::Authority};
 
-use crate::routes::path::{BadEscape, routing_path};
+use super::path::{BadEscape, routing_path};
 
 /// Why a request head is refused (400) before routing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// Two or more Host header lines.
     #[error("more than one Host header")]
     TwoHosts,
@@ -35,7 +35,7 @@ pub(crate) enum Refusal {
 
 /// What routes see of an accepted request head.
 #[derive(Debug)]
-pub(crate) struct Head<'a> {
+pub struct Head<'a> {
     /// The Host header, else the target's authority, else "".
     pub host: &'a str,
     /// The path in its routing form.
@@ -46,7 +46,7 @@ pub(crate) struct Head<'a> {
 ///
 /// # Errors
 /// The first [`Refusal`] that applies.
-pub(crate) fn check(parts: &Parts) -> Result<Head<'_>, Refusal> {
+pub fn check(parts: &Parts) -> Result<Head<'_>, Refusal> {
     let mut hosts = parts.headers.get_all(header::HOST).iter();
     let host_header = hosts.next();
     if hosts.next().is_some() {
