@@ -33,6 +33,8 @@ mod host;
 pub mod params;
 pub mod path;
 pub mod plan;
+#[cfg(test)]
+mod plan_cases;
 pub mod predicate;
 #[cfg(test)]
 mod predicate_tests;
