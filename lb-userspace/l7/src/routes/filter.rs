@@ -18,6 +18,8 @@ use regex::Regex;
 
 pub use super::exchange::{Exchange, RequestInfo, Served};
 pub use super::host::UpstreamHost;
+use super::location::FromRequest;
+pub use super::location::Location;
 use super::{
     RouteError,
     args::Args,
@@ -194,55 +196,6 @@ impl PathOut {
     }
 }
 
-/// A `redirectTo` location; parts left out are taken from the request.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Location {
-    /// `http`, `https`.
-    pub scheme: Option<String>,
-    /// `host[:port]`.
-    pub authority: Option<String>,
-    /// Path (kept from the request when absent).
-    pub path: Option<String>,
-    /// Query (kept from the request when absent).
-    pub query: Option<String>,
-}
-
-impl Location {
-    /// Parses `scheme://host[:port][/path][?query]`, or `/path[?query]`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut loc = Self::default();
-        let rest = if let Some((scheme, rest)) = text.split_once("://") {
-            if scheme.is_empty()
-                || !scheme
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.')
-            {
-                return Err(format!("location {text:?} has no valid scheme"));
-            }
-            loc.scheme = Some(scheme.to_owned());
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
-            if end == 0 {
-                return Err(format!("location {text:?} has no host"));
-            }
-            loc.authority = Some(rest[..end].to_owned());
-            &rest[end..]
-        } else if text.starts_with('/') {
-            text
-        } else {
-            return Err(format!(
-                "location {text:?} is neither `scheme://host…` nor `/path`"
-            ));
-        };
-        let (path, query) = match rest.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (rest, None),
-        };
-        loc.path = (!path.is_empty()).then(|| path.to_owned());
-        loc.query = query.filter(|q| !q.is_empty()).map(str::to_owned);
-        Ok(loc)
-    }
-}
-
 /// Runs the request parts of `filters` in order, up to the first that answers.
 pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) {
     for (i, f) in filters.iter().enumerate() {
@@ -284,7 +237,12 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             Filter::RedirectTo(status, loc) => {
                 ex.served = Some(Served::Redirect {
                     status: *status,
-                    location: location(loc, ex, req.scheme, req.host),
+                    location: loc.render(FromRequest {
+                        scheme: req.scheme,
+                        host: req.host,
+                        path: &ex.path,
+                        query: &ex.query,
+                    }),
                 });
                 return;
             }
@@ -407,22 +365,6 @@ pub fn on_response(
             _ => {}
         }
     }
-}
-
-/// skipper's rule: a location without a path keeps the request's path, one without a
-/// query keeps the request's query; scheme and host default to the request's.
-fn location(loc: &Location, ex: &Exchange, scheme: &str, host: &str) -> String {
-    let mut out = String::with_capacity(64);
-    out.push_str(loc.scheme.as_deref().unwrap_or(scheme));
-    out.push_str("://");
-    out.push_str(loc.authority.as_deref().unwrap_or(host));
-    out.push_str(loc.path.as_deref().unwrap_or(&ex.path));
-    let query = loc.query.as_deref().unwrap_or(&ex.query);
-    if !query.is_empty() {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
 }
 
 /// Compiles the filters `compile_filter` in the route compiler leaves to this module

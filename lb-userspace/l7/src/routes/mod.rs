@@ -30,6 +30,7 @@ mod filter_tests;
 mod flowid;
 pub mod head;
 mod host;
+mod location;
 pub mod params;
 pub mod path;
 pub mod plan;
@@ -129,11 +130,26 @@ impl Route {
     /// Whether a `Method` or `Methods` predicate names CONNECT: only such a route
     /// tunnels; a CONNECT that reaches any other gets 405.
     pub fn allows_connect(&self) -> bool {
-        self.predicates
-            .iter()
-            .any(|p| matches!(p, Predicate::Methods(m) if m.contains(&http::Method::CONNECT)))
+        self.predicates.iter().any(|p| match p {
+            Predicate::Method(m) => *m == http::Method::CONNECT,
+            Predicate::Methods(m) => m.contains(&http::Method::CONNECT),
+            _ => false,
+        })
     }
 }
+
+/// The methods skipper's `Methods` accepts.
+const STANDARD_METHODS: [http::Method; 9] = [
+    http::Method::GET,
+    http::Method::HEAD,
+    http::Method::POST,
+    http::Method::PUT,
+    http::Method::PATCH,
+    http::Method::DELETE,
+    http::Method::CONNECT,
+    http::Method::OPTIONS,
+    http::Method::TRACE,
+];
 
 /// A service's routes, compiled for lookup.
 #[derive(Debug, Default)]
@@ -439,15 +455,26 @@ fn compile_predicate(
             a.count(1, 1, "one regexp")?;
             Predicate::Host(a.regex_shared(0, regexps)?)
         }
-        "Method" | "Methods" => {
+        // skipper's `Method` compares the request's method with the text as written;
+        // `Methods` takes the standard methods in any case and compares without case.
+        "Method" => {
+            a.count(1, 1, "one method (use Methods for several)")?;
+            let m = a.str(0)?;
+            Predicate::Method(
+                http::Method::from_bytes(m.as_bytes())
+                    .map_err(|_| a.fail(format!("{m:?} is not a method")))?,
+            )
+        }
+        "Methods" => {
             a.count(1, usize::MAX, "one or more methods")?;
             let mut methods = Vec::new();
             for i in 0..a.len() {
-                let m = a.str(i)?;
-                methods.push(http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| a.fail(format!("{m:?} is not a method")))?);
-            }
-            if a.call.name == "Method" && methods.len() != 1 {
-                return Err(a.fail("takes one method (use Methods for several)"));
+                let m = a.str(i)?.to_ascii_uppercase();
+                let method = http::Method::from_bytes(m.as_bytes())
+                    .ok()
+                    .filter(|m| STANDARD_METHODS.contains(m))
+                    .ok_or_else(|| a.fail(format!("method {m} is not allowed")))?;
+                methods.push(method);
             }
             Predicate::Methods(methods)
         }

@@ -138,7 +138,9 @@ pub enum Predicate {
     PathRegexp(Regex),
     /// `Host(/re/)`, against the Host header (or the HTTP/2 authority).
     Host(Regex),
-    /// `Method("GET")`, `Methods("GET", "HEAD")`.
+    /// `Method("GET")`: the request's method exactly as written.
+    Method(http::Method),
+    /// `Methods("GET", "head")`: any of these, compared without case.
     Methods(Vec<http::Method>),
     /// `Header("K", "V")`: some value equals `V`.
     Header(http::HeaderName, String),
@@ -396,7 +398,10 @@ impl Predicate {
         match self {
             Self::PathRegexp(re) => re.is_match(req.path),
             Self::Host(re) => re.is_match(req.host),
-            Self::Methods(m) => m.contains(req.method),
+            Self::Method(m) => m == req.method,
+            Self::Methods(m) => m
+                .iter()
+                .any(|m| m.as_str().eq_ignore_ascii_case(req.method.as_str())),
             Self::Header(name, value) => req
                 .headers
                 .get_all(name)

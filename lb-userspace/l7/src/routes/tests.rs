@@ -137,6 +137,14 @@ fn compile_errors_name_route_position_and_problem() {
             "wildcard must be the last segment",
         ),
         (
+            "r: Methods(\"get\", \"PURGE\") -> <shunt>;",
+            "line 1, column 4: route r: Methods: method PURGE is not allowed",
+        ),
+        (
+            "r: * -> redirectTo(302, \":x\") -> <shunt>;",
+            "missing protocol scheme",
+        ),
+        (
             "r: * -> fadeIn(\"3 fortnights\") -> <shunt>;",
             "line 1, column 9: route r: fadeIn:",
         ),
