@@ -28,6 +28,7 @@ pub mod filter;
 #[cfg(test)]
 mod filter_tests;
 mod flowid;
+mod gopath;
 mod host;
 pub mod params;
 pub mod path;
