@@ -219,6 +219,14 @@ impl Location {
     }
 }
 
+impl Filter {
+    /// Whether the filter answers the request itself (skipper's `ctx.Serve`): the
+    /// filters after it run neither their request nor their response part.
+    pub fn serves(&self) -> bool {
+        matches!(self, Filter::InlineContent { .. } | Filter::RedirectTo(..))
+    }
+}
+
 /// Runs the request parts of `filters` in order, up to the first that answers.
 pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) {
     for (i, f) in filters.iter().enumerate() {
