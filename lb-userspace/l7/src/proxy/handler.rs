@@ -194,13 +194,15 @@ impl ServiceState {
             peer: peer.ip(),
             trusted,
         };
-        filter::on_response(
-            &route.filters,
-            &ex,
-            &info,
-            &mut status,
-            response.headers_mut(),
-        );
+        if response.extensions().get::<FailureAnswer>().is_none() {
+            filter::on_response(
+                &route.filters,
+                &ex,
+                &info,
+                &mut status,
+                response.headers_mut(),
+            );
+        }
         *response.status_mut() = status;
         headers::strip_hop_by_hop(response.headers_mut());
         self.stats.count(status);
@@ -215,27 +217,24 @@ impl ServiceState {
         finished(response, finish, version)
     }
 
-    /// The answer when the backend could not answer, as skipper's proxy gives it:
-    /// a failed connect 502, no response head within `request_timeout` (or the
-    /// route's `backendTimeout`) 504, no endpoint to ask 503, a client body that
-    /// does not frame 400.
+    /// The answer when the backend could not answer, as skipper's proxy gives it
+    /// ([`Failure::status`]). It is marked [`FailureAnswer`]: skipper runs no
+    /// response filter on it (only filters that opt in to error responses, none of
+    /// which we have).
     fn failure(&self, f: Failure) -> Response<Out> {
-        let status = match f {
-            Failure::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
-            Failure::Unreachable | Failure::Upstream => StatusCode::BAD_GATEWAY,
-            Failure::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            Failure::ClientBody => {
-                self.shared
-                    .connections
-                    .malformed
-                    .fetch_add(1, Ordering::Relaxed);
-                // hyper closes the connection after a body it could not read: the
-                // rest of the stream cannot frame a next request.
-                return proxy_error(StatusCode::BAD_REQUEST);
-            }
-        };
-        self.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
-        proxy_error(status)
+        if let Failure::ClientBody = f {
+            self.shared
+                .connections
+                .malformed
+                .fetch_add(1, Ordering::Relaxed);
+            // hyper closes the connection after a body it could not read: the rest
+            // of the stream cannot frame a next request.
+        } else {
+            self.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut r = proxy_error(f.status());
+        r.extensions_mut().insert(FailureAnswer);
+        r
     }
 
     fn log_record(
@@ -283,6 +282,10 @@ struct Kept {
     routing_path: String,
     host: String,
 }
+
+/// Marks the proxy's own answer to a backend failure, which no response filter sees.
+#[derive(Clone, Copy, Debug)]
+struct FailureAnswer;
 
 /// A response body before the bookkeeping is attached.
 enum Out {

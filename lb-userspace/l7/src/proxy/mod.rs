@@ -11,6 +11,7 @@
 mod activity;
 mod apply;
 mod body;
+mod failure;
 mod forward;
 mod handler;
 pub mod headers;
