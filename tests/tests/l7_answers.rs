@@ -1,6 +1,8 @@
 //! The L7 proxy's answers as skipper gives them: to backends that misbehave at the
-//! TCP level — close after the request, answer garbage, reset, cut a body short
-//! (proxy/proxy.go `makeBackendRequest`, `makeErrorResponse`, `serveResponse`) — and which filters a serving filter leaves unrun
+//! TCP level — close after the request, answer garbage, reset, cut a body short,
+//! trickle a body past the route's `backendTimeout` (proxy/proxy.go
+//! `makeBackendRequest`, `makeErrorResponse`, `serveResponse`;
+//! backendtimeout_test.go) — and which filters a serving filter leaves unrun
 //! (`applyFiltersToRequest`, `applyFiltersToResponse`).
 
 use std::{
@@ -31,6 +33,8 @@ enum Act {
     CutLength,
     /// A chunked head and one chunk, then a close without the last chunk.
     CutChunked,
+    /// A chunked head, then one byte every 100 ms for 3 s.
+    Trickle,
 }
 
 /// Accepts connections on `addr` and does `act` on each after reading its head.
@@ -69,6 +73,18 @@ async fn raw_backend(addr: SocketAddr, act: Act) -> tokio::task::JoinHandle<()> 
                                 b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n",
                             )
                             .await;
+                    }
+                    Act::Trickle => {
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                            .await;
+                        for _ in 0..30 {
+                            if s.write_all(b"1\r\nx\r\n").await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        let _ = s.write_all(b"0\r\n\r\n").await;
                     }
                 }
                 // Dropping the stream closes it (with a zero linger: resets it).
@@ -189,6 +205,52 @@ fn a_backend_failing_mid_body_cuts_the_client_connection() {
                     "{path}: cut at once, {took:?}"
                 );
             }
+        });
+        proxy.shutdown();
+    });
+}
+
+/// skipper's `backendTimeout` is a deadline on the backend request's context, and Go
+/// stops reading a body whose context is done (`TestBackendTimeoutInTheMiddleOfServiceResponse`:
+/// the head and the bytes before the deadline arrive, then the body stops). A
+/// trickling body is cut at the deadline; the node's `request_timeout` bounds only
+/// the wait for the head, so without the filter the same body arrives whole.
+#[test]
+fn backend_timeout_cuts_a_body_that_trickles_past_it() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let _t = rt.block_on(raw_backend(backend_addr(0, 80), Act::Trickle));
+        let routes = format!(
+            r#"bounded: Path("/bounded") -> backendTimeout("500ms") -> "http://{b}";
+               free: Path("/free") -> "http://{b}";"#,
+            b = backend_addr(0, 80),
+        );
+        let config = L7Config {
+            request_timeout: lb_model::config::DurationText::Millis(500),
+            ..L7Config::default()
+        };
+        let mut proxy = proxy_with(&config, None);
+        let errors = proxy.apply(&[service("web", 90, Some(&routes), vec![])]);
+        assert!(errors.is_empty(), "{errors:?}");
+        rt.block_on(async {
+            let (got, took) = read_until_closed(90, "/bounded", Duration::from_secs(5)).await;
+            assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got:?}");
+            assert!(
+                got.contains("1\r\nx\r\n"),
+                "bytes before the deadline: {got:?}"
+            );
+            assert!(!got.ends_with("0\r\n\r\n"), "cut, not ended: {got:?}");
+            assert!(
+                took >= Duration::from_millis(400) && took < Duration::from_millis(2500),
+                "cut at the deadline, {took:?}"
+            );
+            let a = get(&client(false), &url(90, "/free")).await.expect("whole");
+            assert_eq!(
+                (a.status, a.body.len()),
+                (200, 30),
+                "request_timeout spares bodies"
+            );
         });
         proxy.shutdown();
     });

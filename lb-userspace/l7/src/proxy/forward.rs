@@ -194,12 +194,18 @@ pub(super) async fn forward(
         )
         .await
         {
-            Ok(Ok(resp)) => return Ok((resp, inflight)),
+            Ok(Ok(mut resp)) => {
+                if let Some(d) = deadline {
+                    resp.extensions_mut()
+                        .insert(super::body::BodyDeadline(d.into()));
+                }
+                return Ok((resp, inflight));
+            }
             Ok(Err(_)) if failed.load(Ordering::Relaxed) => return Err(Failure::ClientBody),
             Ok(Err(e)) => {
                 endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
                 // A failed connect sent nothing, so the next endpoint may be tried;
-                // a request that reached the backend is answered 502.
+                // a request that reached the backend is answered as skipper does.
                 let connect = e.is_connect();
                 tracing::debug!(
                     service = %state.name,

@@ -327,8 +327,9 @@ fn finished(mut response: Response<Out>, finish: Finish, version: Version) -> Re
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    let deadline = response.extensions_mut().remove::<body::BodyDeadline>();
     response.map(|b| match b {
         Out::Inline(bytes) => ProxyBody::full(bytes, finish),
-        Out::Upstream(incoming) => ProxyBody::upstream(incoming, finish),
+        Out::Upstream(incoming) => ProxyBody::upstream(incoming, deadline, finish),
     })
 }

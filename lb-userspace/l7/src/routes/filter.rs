@@ -85,7 +85,9 @@ pub enum Filter {
     },
     /// `backendTimeout(d)`: the time the backend has, over every attempt, to
     /// answer with a response head (then 504), instead of the node's
-    /// `request_timeout`. The last one that ran wins.
+    /// `request_timeout`, and to send its body (a body still streaming then is
+    /// cut, as skipper's context deadline stops Go's body read). The last one that
+    /// ran wins.
     BackendTimeout(Duration),
 }
 
