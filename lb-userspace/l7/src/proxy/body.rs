@@ -221,7 +221,30 @@ pub struct ProxyBody {
 #[derive(Debug)]
 enum Inner {
     Full(Option<Bytes>),
-    Upstream(Incoming),
+    Upstream {
+        body: Incoming,
+        /// The route's `backendTimeout` deadline (see [`BodyDeadline`]).
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    },
+}
+
+/// The instant a route's `backendTimeout` ends, carried in the backend response's
+/// extensions from the request to its body. skipper's deadline is a context on the
+/// backend request, and Go's client stops reading a body whose context is done: the
+/// timeout bounds the whole exchange, body included. A body still streaming then
+/// fails, so the client's connection is cut rather than the body ending as if whole.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyDeadline(pub tokio::time::Instant);
+
+/// Why a response body stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The backend's body failed (the connection closed or reset mid-body).
+    #[error("reading the backend's response body")]
+    Backend(#[source] hyper::Error),
+    /// The route's `backendTimeout` passed while the body was streaming.
+    #[error("the route's backendTimeout passed while the response body streamed")]
+    Deadline,
 }
 
 impl ProxyBody {
@@ -234,10 +257,13 @@ impl ProxyBody {
         }
     }
 
-    /// A backend's body, streamed.
-    pub fn upstream(body: Incoming, finish: Finish) -> Self {
+    /// A backend's body, streamed; with a deadline, it fails when that passes.
+    pub fn upstream(body: Incoming, deadline: Option<BodyDeadline>, finish: Finish) -> Self {
         Self {
-            inner: Inner::Upstream(body),
+            inner: Inner::Upstream {
+                body,
+                deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.0))),
+            },
             sent: 0,
             finish: Some(finish),
         }
@@ -261,16 +287,29 @@ impl Drop for ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let polled = match &mut this.inner {
             Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Inner::Upstream(b) => Pin::new(b).poll_frame(cx),
+            Inner::Upstream { body, deadline } => {
+                // As a done Go context does, the deadline stops the body even when
+                // more of it is already there.
+                if deadline
+                    .as_mut()
+                    .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+                {
+                    Poll::Ready(Some(Err(BodyError::Deadline)))
+                } else {
+                    Pin::new(body)
+                        .poll_frame(cx)
+                        .map(|f| f.map(|r| r.map_err(BodyError::Backend)))
+                }
+            }
         };
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
@@ -287,14 +326,14 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.inner {
             Inner::Full(b) => b.is_none(),
-            Inner::Upstream(b) => b.is_end_stream(),
+            Inner::Upstream { body, .. } => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
             Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Inner::Upstream(b) => b.size_hint(),
+            Inner::Upstream { body, .. } => body.size_hint(),
         }
     }
 }

@@ -32,19 +32,25 @@ use crate::{
     routes::{Exchange, Pool, filter::UpstreamHost},
 };
 
-/// Why no backend answered.
+/// Why no backend answered; [`Failure::status`] is skipper's answer to each (see
+/// [`super::failure`]).
 #[derive(Debug)]
 pub(super) enum Failure {
-    /// The pool has no endpoint with weight.
+    /// The pool has no endpoint with weight (503).
     NoEndpoints,
-    /// Connecting failed on every attempt.
+    /// Connecting failed on every attempt (502).
     Unreachable,
     /// No response head within `request_timeout`, or the route's `backendTimeout`
-    /// over all attempts.
+    /// over all attempts (504).
     Timeout,
-    /// The backend failed after the request was sent.
-    Upstream,
-    /// The client's body could not be read (bad framing): the client's fault.
+    /// After connecting, the backend closed the connection before a whole response
+    /// head, or sent one that does not parse (500).
+    Closed,
+    /// After connecting, the socket failed: reset, broken pipe (503).
+    Reset,
+    /// The request for the backend could not be built (500).
+    Internal,
+    /// The client's body could not be read (bad framing): the client's fault (400).
     ClientBody,
 }
 
@@ -101,7 +107,7 @@ pub(super) async fn forward(
     let host = upstream_head(&mut headers, &uri, ex, peer.ip(), bodiless);
     // skipper's `backendTimeout` is one deadline for every attempt.
     let deadline = ex.backend_timeout.map(|d| Instant::now() + d);
-    let path_and_query = ex.target(&uri).ok_or(Failure::Upstream)?;
+    let path_and_query = ex.target(&uri).ok_or(Failure::Internal)?;
     let mut last = Failure::Unreachable;
     for attempt in 0..attempts {
         let i = if first + attempt >= n {
@@ -115,7 +121,7 @@ pub(super) async fn forward(
         target.authority.clone_from(&endpoint.uri_authority);
         target.path_and_query = Some(path_and_query.clone());
         let Ok(target) = Uri::from_parts(target) else {
-            return Err(Failure::Upstream);
+            return Err(Failure::Internal);
         };
         let mut req = Request::new(client_body.take().unwrap_or(UpBody::Empty));
         *req.method_mut() = method.clone();
@@ -151,12 +157,18 @@ pub(super) async fn forward(
         )
         .await
         {
-            Ok(Ok(resp)) => return Ok((resp, inflight)),
+            Ok(Ok(mut resp)) => {
+                if let Some(d) = deadline {
+                    resp.extensions_mut()
+                        .insert(super::body::BodyDeadline(d.into()));
+                }
+                return Ok((resp, inflight));
+            }
             Ok(Err(_)) if failed.load(Ordering::Relaxed) => return Err(Failure::ClientBody),
             Ok(Err(e)) => {
                 endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
                 // A failed connect sent nothing, so the next endpoint may be tried;
-                // a request that reached the backend is answered 502.
+                // a request that reached the backend is answered as skipper does.
                 let connect = e.is_connect();
                 tracing::debug!(
                     service = %state.name,
@@ -164,10 +176,10 @@ pub(super) async fn forward(
                     error = %e,
                     connect,
                     "backend request failed; {}",
-                    if connect { "trying the next" } else { "answering 502" }
+                    if connect { "trying the next" } else { "answering" }
                 );
                 if !connect {
-                    return Err(Failure::Upstream);
+                    return Err(Failure::after_connect(&e));
                 }
                 last = Failure::Unreachable;
             }

@@ -131,12 +131,15 @@ impl ServiceState {
             r.after_filters(&exchange);
         }
         let method = parts.method.clone();
-        let (mut response, inflight, upstream) = match outcome {
+        // `responded`: the backend answered, and the route's response filters are yet
+        // to run. The plan's own answers have had them; failure answers get none
+        // (skipper runs only filters that opt in to error responses, none of ours).
+        let (mut response, inflight, responded) = match outcome {
             // The route's response filters have run on its own answers.
             Outcome::Answer(a) => (inline(a), None, false),
             Outcome::Tunnel(pool) => match tunnel::open(self, pool, parts, time).await {
                 Ok((r, inflight)) => (r.map(Out::Upstream), inflight, true),
-                Err(f) => (self.failure(f), None, true),
+                Err(f) => (self.failure(f), None, false),
             },
             Outcome::Forward { pool, key } => {
                 let out = Outgoing {
@@ -149,12 +152,12 @@ impl ServiceState {
                 };
                 match forward(self, pool, out).await {
                     Ok((r, inflight)) => (r.map(Out::Upstream), Some(inflight), true),
-                    Err(f) => (self.failure(f), None, true),
+                    Err(f) => (self.failure(f), None, false),
                 }
             }
         };
         let mut status = response.status();
-        if upstream {
+        if responded {
             let empty = http::HeaderMap::new();
             let info = RequestInfo {
                 method: method.as_str(),
@@ -187,30 +190,20 @@ impl ServiceState {
         finished(response, finish, version)
     }
 
-    /// The answer when the backend could not answer, as skipper's proxy gives it:
-    /// a failed connect 502, no response head within `request_timeout` (or the
-    /// route's `backendTimeout`) 504, no endpoint to ask 503, a client body that
-    /// does not frame 400.
+    /// The answer when the backend could not answer, as skipper's proxy gives it
+    /// ([`Failure::status`]).
     fn failure(&self, f: Failure) -> Response<Out> {
-        let status = match f {
-            Failure::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
-            Failure::Unreachable | Failure::Upstream => StatusCode::BAD_GATEWAY,
-            Failure::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            Failure::ClientBody => {
-                self.shared
-                    .connections
-                    .malformed
-                    .fetch_add(1, Ordering::Relaxed);
-                // hyper closes the connection after a body it could not read: the
-                // rest of the stream cannot frame a next request.
-                return inline(Answer::error(
-                    Answered::BackendFailed,
-                    StatusCode::BAD_REQUEST,
-                ));
-            }
-        };
-        self.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
-        inline(Answer::error(Answered::BackendFailed, status))
+        if let Failure::ClientBody = f {
+            self.shared
+                .connections
+                .malformed
+                .fetch_add(1, Ordering::Relaxed);
+            // hyper closes the connection after a body it could not read: the rest
+            // of the stream cannot frame a next request.
+        } else {
+            self.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        inline(Answer::error(Answered::BackendFailed, f.status()))
     }
 
     fn log_record(
@@ -279,8 +272,9 @@ fn finished(mut response: Response<Out>, finish: Finish, version: Version) -> Re
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    let deadline = response.extensions_mut().remove::<body::BodyDeadline>();
     response.map(|b| match b {
         Out::Inline(bytes) => ProxyBody::full(bytes, finish),
-        Out::Upstream(incoming) => ProxyBody::upstream(incoming, finish),
+        Out::Upstream(incoming) => ProxyBody::upstream(incoming, deadline, finish),
     })
 }

@@ -47,7 +47,7 @@ pub(super) async fn open(
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|_| Failure::Upstream)?;
+        .map_err(|e| Failure::after_connect(&e))?;
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
     });
@@ -68,7 +68,7 @@ pub(super) async fn open(
     let mut resp =
         match tokio::time::timeout(limits.request_timeout, sender.send_request(req)).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => return Err(Failure::Upstream),
+            Ok(Err(e)) => return Err(Failure::after_connect(&e)),
             Err(_) => return Err(Failure::Timeout),
         };
     if !resp.status().is_success() {
@@ -76,7 +76,7 @@ pub(super) async fn open(
     }
     let backend_side = hyper::upgrade::on(&mut resp);
     let Some(client_side) = client_side else {
-        return Err(Failure::Upstream);
+        return Err(Failure::Internal);
     };
     let idle = limits.idle_timeout;
     tokio::spawn(async move {

@@ -37,6 +37,10 @@ pub struct Exchange {
     pub host: UpstreamHost,
     /// A `backendTimeout`'s duration, replacing the node's `request_timeout`.
     pub backend_timeout: Option<Duration>,
+    /// The path as received, kept when a filter first changes `path`: Go keeps it as
+    /// `URL.RawPath` and sends it again while the path decodes to it (see
+    /// [`super::gopath`]).
+    pub received_path: Option<Box<str>>,
 }
 
 impl Exchange {

@@ -23,8 +23,8 @@ pub use super::location::Location;
 use super::{
     RouteError,
     args::Args,
-    flowid, query,
-    template::{Hash, Sink, Template},
+    flowid, gopath, query,
+    template::{Hash, Template},
     values::{HeaderEdit, Values},
 };
 use crate::balance::rng;
@@ -87,7 +87,9 @@ pub enum Filter {
     },
     /// `backendTimeout(d)`: the time the backend has, over every attempt, to
     /// answer with a response head (then 504), instead of the node's
-    /// `request_timeout`. The last one that ran wins.
+    /// `request_timeout`, and to send its body (a body still streaming then is
+    /// cut, as skipper's context deadline stops Go's body read). The last one that
+    /// ran wins.
     BackendTimeout(Duration),
 }
 
@@ -143,22 +145,17 @@ impl HeaderTemplate {
     }
 }
 
-/// A `setPath` template; a path without placeholders is escaped once.
+/// A `setPath` template. Its text is Go's decoded `URL.Path`; the backend gets it
+/// in Go's sent form ([`gopath::sent_form`]).
 #[derive(Clone, Debug)]
 pub struct PathTemplate {
     template: Template,
-    fixed: Option<String>,
 }
 
 impl PathTemplate {
     /// Compiles `template`.
     pub fn new(template: Template) -> Self {
-        let fixed = template.as_literal().map(|text| {
-            let mut out = PathOut(String::with_capacity(text.len() + 1));
-            out.put(text.as_bytes());
-            out.finish()
-        });
-        Self { template, fixed }
+        Self { template }
     }
 
     /// The template.
@@ -166,33 +163,22 @@ impl PathTemplate {
         &self.template
     }
 
-    fn path(&self, v: &Values<'_>) -> String {
-        if let Some(fixed) = &self.fixed {
-            return fixed.clone();
+    fn path(&self, v: &Values<'_>) -> Vec<u8> {
+        if let Some(text) = self.template.as_literal() {
+            return text.as_bytes().to_vec();
         }
-        let mut out = PathOut(String::with_capacity(v.path.len() + 16));
+        let mut out = Vec::with_capacity(v.path.len() + 16);
         // skipper sets the path whether or not every placeholder resolved.
         let _ = self.template.apply_into(v, &mut out);
-        out.finish()
+        out
     }
 }
 
-/// A path being written: bytes escaped as Go's `URL.EscapedPath` escapes a path.
-struct PathOut(String);
-
-impl Sink for PathOut {
-    fn put(&mut self, bytes: &[u8]) {
-        query::escape_path_into(&mut self.0, bytes);
-    }
-}
-
-impl PathOut {
-    /// The path as Go's client sends it: `/` for nothing, rooted otherwise.
-    fn finish(mut self) -> String {
-        if !self.0.starts_with('/') {
-            self.0.insert(0, '/');
-        }
-        self.0
+impl Filter {
+    /// Whether the filter answers the request itself (skipper's `ctx.Serve`): the
+    /// filters after it run neither their request nor their response part.
+    pub fn serves(&self) -> bool {
+        matches!(self, Filter::InlineContent { .. } | Filter::RedirectTo(..))
     }
 }
 
@@ -228,12 +214,7 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
                 ex.query = query::drop(&ex.query, &k);
                 ex.rewritten = true;
             }
-            Filter::ModPath(re, with) => {
-                if let std::borrow::Cow::Owned(p) = re.replace_all(&ex.path, with.as_str()) {
-                    ex.path = p;
-                    ex.rewritten = true;
-                }
-            }
+            Filter::ModPath(re, with) => mod_path(re, with, ex),
             Filter::RedirectTo(status, loc) => {
                 ex.served = Some(Served::Redirect {
                     status: *status,
@@ -259,8 +240,8 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             }
             Filter::DropRequestHeader(name) => ex.edits.push(HeaderEdit::Drop(name.clone())),
             Filter::SetPath(p) => {
-                ex.path = p.path(&req.values(ex, None));
-                ex.rewritten = true;
+                let path = p.path(&req.values(ex, None));
+                set_path(ex, &path);
             }
             Filter::StripQuery { to_headers } => {
                 if *to_headers {
@@ -298,6 +279,29 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             Filter::BackendTimeout(d) => ex.backend_timeout = Some(*d),
         }
     }
+}
+
+/// `modPath`: skipper replaces in Go's decoded `URL.Path` (so `/caf%C3%A9` is
+/// `/café` to the regexp and a `%2F` is a `/`); the backend gets the result in
+/// Go's sent form ([`gopath::sent_form`]). A path that does not match stays as it
+/// came.
+fn mod_path(re: &Regex, with: &str, ex: &mut Exchange) {
+    let Some(decoded) = gopath::decode(&ex.path) else {
+        return;
+    };
+    let decoded = String::from_utf8_lossy(&decoded);
+    if let std::borrow::Cow::Owned(p) = re.replace_all(&decoded, with) {
+        set_path(ex, p.as_bytes());
+    }
+}
+
+/// Sets Go's `URL.Path` to `path` (decoded) and keeps the form the backend gets.
+fn set_path(ex: &mut Exchange, path: &[u8]) {
+    let received = ex
+        .received_path
+        .get_or_insert_with(|| ex.path.as_str().into());
+    ex.path = gopath::sent_form(path, received);
+    ex.rewritten = true;
 }
 
 /// `modRequestHeader`: see [`Filter::ModRequestHeader`]. A result that is no header

@@ -28,6 +28,7 @@ pub mod filter;
 #[cfg(test)]
 mod filter_tests;
 mod flowid;
+mod gopath;
 pub mod head;
 mod host;
 mod location;
@@ -363,11 +364,23 @@ fn compile_route(
     let param = |name: &str| params::find(&params, name);
     let mut filters = Vec::new();
     let mut settings = Settings::default();
+    let mut served = false;
     for call in &r.filters {
+        // skipper's request phase stops at the first filter that serves, so the
+        // access-log filters after one (which act in the request phase) never run;
+        // they are still checked.
+        let before = served.then_some((settings.access_log, settings.mask_query.len()));
         match compile_filter(&Args { call, route: &r.id }, &mut settings, &param) {
-            Ok(Some(f)) => filters.push(f),
+            Ok(Some(f)) => {
+                served |= f.serves();
+                filters.push(f);
+            }
             Ok(None) => {}
             Err(e) => errors.push(e),
+        }
+        if let Some((access_log, masked)) = before {
+            settings.access_log = access_log;
+            settings.mask_query.truncate(masked);
         }
     }
     let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx);

@@ -7,8 +7,19 @@
 //! Values as in skipper: a segment is the segment's text; a tail keeps its leading
 //! slash (`Path("/files/*p")` on `/files/a/b` gives `/a/b`), and a subtree's tail is
 //! `/` on the subtree's own path (`PathSubtree("/api")` on `/api` or `/api/`).
+//!
+//! The routing path is decoded once already (Go's `URL.Path`), and skipper's tree
+//! (`pathmux/tree.go` `search`) decodes each matched value once more with
+//! `url.QueryUnescape`: `/a/x%252Fy` matches `/a/:id` with `id` = `x/y`, a `+` in
+//! a value is a space, and a value with a malformed escape (`100%`, from `100%25`)
+//! stays as matched. A `%2F` in the request is a `/` of the routing path, so it
+//! separates segments before any parameter is taken.
 
-use super::predicate::{PathMatch, Segment};
+use super::{
+    predicate::{PathMatch, Segment},
+    query,
+    template::Sink,
+};
 
 /// Where a path parameter's value is in a matched routing path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,8 +31,15 @@ pub enum ParamRef {
 }
 
 impl ParamRef {
-    /// The value in `path`, a routing path the route matched.
-    pub fn value(self, path: &str) -> &str {
+    /// Writes the parameter's value for `path`, a routing path the route matched, as
+    /// skipper's tree gives it (decoded once more, see the module doc); `false` when
+    /// it is empty.
+    pub fn write_value(self, path: &str, out: &mut impl Sink) -> bool {
+        query::query_unescape_into(self.matched(path), out)
+    }
+
+    /// The text the parameter matched in `path`, before skipper's second decoding.
+    pub fn matched(self, path: &str) -> &str {
         match self {
             Self::Segment(n) => path
                 .strip_prefix('/')
@@ -72,7 +90,11 @@ mod tests {
         assert!(pattern.matches(path), "{pattern:?} should match {path:?}");
         of(&pattern)
             .into_iter()
-            .map(|(n, r)| (n, r.value(path).to_owned()))
+            .map(|(n, r)| {
+                let mut out = Vec::new();
+                r.write_value(path, &mut out);
+                (n, String::from_utf8(out).expect("text"))
+            })
             .collect()
     }
 
@@ -148,6 +170,46 @@ mod tests {
                 path("/a/:id/*rest"),
                 "/a/42/x/y",
                 pairs(&[("id", "42"), ("rest", "/x/y")]),
+            ),
+        ];
+        for (pattern, p, want) in cases {
+            assert_eq!(values(pattern.clone(), p), want, "{pattern:?} on {p:?}");
+        }
+    }
+
+    /// skipper `pathmux/tree_test.go` (`/date/2014/ab%2f` gives `ab/`,
+    /// `/post/ab%2fdef/page/2%2f` gives `ab/def` and `2/`): the tree decodes a
+    /// matched value with `url.QueryUnescape`. Its input is the routing path, which
+    /// the proxy decoded once already: these are the values of requests that had
+    /// `%252f`, `%2B`, `+`, `%2525` and `%25` in them.
+    #[test]
+    fn values_are_decoded_once_more_as_skippers_tree_does() {
+        let path = |p: &str| PathMatch::pattern(p).expect("pattern");
+        let cases: Vec<(PathMatch, &str, Values)> = vec![
+            (
+                path("/date/:year/:month"),
+                "/date/2014/ab%2f",
+                pairs(&[("year", "2014"), ("month", "ab/")]),
+            ),
+            (
+                path("/post/:post/page/:page"),
+                "/post/ab%2fdef/page/2%2f",
+                pairs(&[("post", "ab/def"), ("page", "2/")]),
+            ),
+            (path("/a/:id"), "/a/b+c", pairs(&[("id", "b c")])),
+            (path("/a/:id"), "/a/%25", pairs(&[("id", "%")])),
+            (path("/a/:id"), "/a/100%", pairs(&[("id", "100%")])),
+            (path("/a/:id"), "/a/%zz+", pairs(&[("id", "%zz+")])),
+            (path("/a/:id"), "/a/caf%C3%A9", pairs(&[("id", "café")])),
+            (
+                path("/files/*rest"),
+                "/files/x%2Fy/z+w",
+                pairs(&[("rest", "/x/y/z w")]),
+            ),
+            (
+                PathMatch::subtree("/s").expect("subtree"),
+                "/s/a%2Fb",
+                pairs(&[("*", "/a/b")]),
             ),
         ];
         for (pattern, p, want) in cases {

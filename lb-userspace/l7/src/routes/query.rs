@@ -79,6 +79,22 @@ pub fn path_unescape_into(path: &str, out: &mut impl Sink) -> bool {
     !path.is_empty()
 }
 
+/// Writes `s` decoded as Go's `url.QueryUnescape` decodes it (`%XX`, and `+` as a
+/// space), or as it is when it has a malformed escape (where Go's function fails);
+/// `false` when it is empty.
+pub fn query_unescape_into(s: &str, out: &mut impl Sink) -> bool {
+    if !s.bytes().any(|b| b == b'%' || b == b'+') {
+        out.put(s.as_bytes());
+    } else if decoded(s, true).all(|b| b.is_ok()) {
+        for b in decoded(s, true).flatten() {
+            out.put(&[b]);
+        }
+    } else {
+        out.put(s.as_bytes());
+    }
+    !s.is_empty()
+}
+
 /// The bytes `s` decodes to, `Err` at a malformed escape; `plus` decodes `+` as a
 /// space (queries).
 fn decoded(s: &str, plus: bool) -> impl Iterator<Item = Result<u8, ()>> + '_ {
@@ -182,9 +198,12 @@ pub fn unescape(s: &str) -> Option<String> {
         match b[i] {
             b'+' => out.push(b' '),
             b'%' => {
-                let hex = b.get(i + 1..i + 3)?;
-                let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-                out.push(v);
+                // Two hex digits, as Go's `ishex` wants (no sign, which
+                // `from_str_radix` would take).
+                let hex = |j: usize| b.get(j).and_then(|d| char::from(*d).to_digit(16));
+                let (hi, lo) = (hex(i + 1)?, hex(i + 2)?);
+                // Two hex digits are at most 0xff.
+                out.push((hi * 16 + lo) as u8);
                 i += 2;
             }
             c => out.push(c),
@@ -211,6 +230,15 @@ pub fn escape_into(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Go's `unescape` wants two hex digits after `%`; a sign is none.
+    #[test]
+    fn a_percent_needs_two_hex_digits() {
+        assert_eq!(unescape("a%2Bb+c"), Some("a+b c".to_owned()));
+        assert_eq!(unescape("%+1"), None);
+        assert_eq!(unescape("%-1"), None);
+        assert_eq!(unescape("%4"), None);
+    }
 
     #[test]
     fn set_matches_go_url_values() {

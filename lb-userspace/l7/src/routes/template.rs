@@ -249,7 +249,7 @@ fn piece(p: &Piece, v: &Values<'_>, out: &mut impl Sink) -> bool {
             .response
             .and_then(|h| h.get(name))
             .map_or(&[], |h| h.as_bytes()),
-        Piece::Param(at) => at.value(v.routing_path).as_bytes(),
+        Piece::Param(at) => return at.write_value(v.routing_path, out),
         Piece::Missing => &[],
     };
     out.put(bytes);

@@ -803,6 +803,68 @@ fn path_and_query_filters_as_skipper() {
     }
 }
 
+/// skipper's `modPath` and `setPath` (filters/builtin/path.go) write Go's decoded
+/// `URL.Path` and leave `URL.RawPath` as received; Go then sends `EscapedPath()`:
+/// the received text while it still decodes to the path, else the path escaped
+/// afresh. Path parameters are the tree's values, decoded once more
+/// (pathmux/tree.go). `redirectTo` without a path takes the decoded path, escaped
+/// afresh. (route, request target, what the backend gets, or the Location.)
+#[test]
+fn path_filters_work_on_the_decoded_path_and_send_gos_form() {
+    let cases: &[(&str, &str, &str)] = &[
+        // The regexp sees the decoded path.
+        (r#"modPath("é", "e")"#, "/caf%C3%A9", "/cafe"),
+        (r#"modPath("a b", "c d")"#, "/a%20b", "/c%20d"),
+        (r#"modPath("^/a/b", "/x")"#, "/a%2Fb/c", "/x/c"),
+        // A changed path is escaped afresh; an unchanged one is sent as it came.
+        (r#"modPath("^/a", "/x")"#, "/a%2Fb/c", "/x/b/c"),
+        (r#"modPath("^/none", "/x")"#, "/a%2Fb/c", "/a%2Fb/c"),
+        (r#"modPath("^/a", "/x")"#, "/a(b)", "/x%28b%29"),
+        (r#"modPath("^/none", "/x")"#, "/a(b)", "/a(b)"),
+        (r#"modPath("th$", "TH")"#, "/p%41th", "/pATH"),
+        (r#"modPath("/b$", "/c%2Fd")"#, "/a/b", "/a/c%252Fd"),
+        (r#"modPath("b", "B")"#, "/a+b", "/a+B"),
+        // Changed back: the received text fits again (Go's RawPath).
+        (
+            r#"modPath("^/a/b", "/x") -> modPath("^/x", "/a/b")"#,
+            "/a%2Fb/c",
+            "/a%2Fb/c",
+        ),
+        (r#"setPath("/a/b")"#, "/a%2Fb", "/a%2Fb"),
+        (r#"setPath("/a/c")"#, "/a%2Fb", "/a/c"),
+        // Parameters: the routing path is decoded once, the tree decodes again.
+        (r#"setPath("/v/${id}")"#, "/p/x%252Fy", "/v/x/y"),
+        (r#"setPath("/v/${id}")"#, "/p/b+c", "/v/b%20c"),
+        (r#"setPath("/v/${id}")"#, "/p/100%25", "/v/100%25"),
+        (r#"setPath("/v/${id}")"#, "/p/%2525", "/v/%25"),
+    ];
+    for (filters, target, want) in cases {
+        let route = format!(r#"r: PathSubtree("/") -> {filters} -> "http://198.18.0.1:80";"#);
+        let route = if filters.contains("${id}") {
+            route.replace(r#"PathSubtree("/")"#, r#"Path("/p/:id")"#)
+        } else {
+            route
+        };
+        let (ex, _) = request(&route, target, &[]);
+        assert_eq!(ex.path, *want, "{filters} on {target}");
+    }
+    for (target, want) in [
+        ("/a%2Fb", "https://lb.example:8080/a/b"),
+        ("/a(b)?q=1", "https://lb.example:8080/a%28b%29?q=1"),
+        ("/caf%C3%A9", "https://lb.example:8080/caf%C3%A9"),
+    ] {
+        let (ex, _) = request(
+            r#"r: PathSubtree("/") -> redirectTo(308) -> <shunt>;"#,
+            target,
+            &[],
+        );
+        let Some(Served::Redirect { location, .. }) = &ex.served else {
+            panic!("a redirect")
+        };
+        assert_eq!(location, want, "{target}");
+    }
+}
+
 /// `TestStripQuery`, `TestPreserveQuery` (stripquery_test.go), plus the argument
 /// rules of its `CreateFilter`.
 #[test]

@@ -295,6 +295,66 @@ fn mask_access_log_query_enables_the_log_and_merges_keys() {
     }
 }
 
+/// skipper `proxy/proxy.go` `applyFiltersToRequest` stops at the first filter that
+/// serves (`inlineContent`, `redirectTo`), and the access-log filters act in the
+/// request phase (`filters/accesslog/control.go` sets the state bag in `Request`):
+/// after a serving filter they never run, so they neither mask nor switch the log.
+#[test]
+fn access_log_filters_after_a_serving_filter_never_run() {
+    let t = table(
+        r#"
+        after: Path("/a") -> inlineContent("x") -> maskAccessLogQuery("token") -> disableAccessLog() -> <shunt>;
+        before: Path("/b") -> maskAccessLogQuery("token") -> redirectTo(308, "/c") -> maskAccessLogQuery("other") -> enableAccessLog(2) -> <shunt>;
+        split: Path("/s") -> disableAccessLog() -> redirectTo(302, "/t") -> enableAccessLog() -> <shunt>;
+        backend: Path("/d") -> setPath("/e") -> maskAccessLogQuery("token") -> <shunt>;
+    "#,
+    );
+    let [after, before, split, backend] = t.routes() else {
+        panic!("four routes")
+    };
+    assert_eq!(after.access_log, None, "the global setting holds");
+    assert!(after.mask_query.is_empty());
+    assert_eq!(before.access_log, Some(StatusSet::ALL));
+    assert_eq!(&before.mask_query[..], ["token".to_owned()]);
+    assert_eq!(split.access_log, Some(StatusSet::NONE));
+    assert_eq!(&backend.mask_query[..], ["token".to_owned()]);
+    assert!(
+        error(r#"* -> inlineContent("x") -> maskAccessLogQuery() -> <shunt>"#)
+            .contains("maskAccessLogQuery"),
+        "still checked"
+    );
+}
+
+/// skipper runs the response parts of the filters whose request part ran, last
+/// first (`applyFiltersToResponse`): for a shunt all of them, for a serving filter
+/// those up to it; for the proxy's own failure answers none (the handler's
+/// `FailureAnswer`, see `proxy/handler.rs`).
+#[test]
+fn response_filters_run_last_first_up_to_the_serving_filter() {
+    let text = r#"r: * -> setResponseHeader("X-Order", "first") -> appendResponseHeader("X-Order", "second")
+        -> setResponseHeader("X-Last", "a") -> setResponseHeader("X-Last", "b")
+        -> inlineContent("x") -> setResponseHeader("X-After", "never") -> status(500) -> <shunt>;"#;
+    let ex = run(text, "/", "");
+    assert_eq!(ex.ran, 5);
+    let t = table(text);
+    let mut status = StatusCode::OK;
+    let mut headers = HeaderMap::new();
+    let none = HeaderMap::new();
+    filter::on_response(
+        &t.routes()[0].filters,
+        &ex,
+        &info(&none, "/"),
+        &mut status,
+        &mut headers,
+    );
+    assert_eq!(status, StatusCode::OK, "status(500) comes after the answer");
+    assert!(headers.get("x-after").is_none());
+    // Last first: "b" is set before "a", which stays; the append runs before the set.
+    assert_eq!(headers["x-last"], "a");
+    let order: Vec<_> = headers.get_all("x-order").iter().collect();
+    assert_eq!(order, ["first"]);
+}
+
 #[test]
 fn route_settings_and_backends_compile() {
     let t = table(
