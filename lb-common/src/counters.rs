@@ -62,6 +62,23 @@ pub enum Counter {
     DropNatNoFlow,
     /// Dropped: a new `nat` flow, but the NAT maps are full (`node.nat_entries`).
     DropNatTableFull,
+    /// An `ipip` flow's packet, encapsulated in IPv4/IPv6 and sent with `XDP_TX`.
+    TxIpip,
+    /// [`Counter::TxIpip`], sent with `XDP_REDIRECT`.
+    RedirectIpip,
+    /// A `gue` flow's packet, encapsulated in UDP and sent with `XDP_TX`.
+    TxGue,
+    /// [`Counter::TxGue`], sent with `XDP_REDIRECT`.
+    RedirectGue,
+    /// An ICMP "fragmentation needed" / ICMPv6 "packet too big" made here for a client
+    /// whose packet would exceed the path MTU once encapsulated, sent back out of the
+    /// interface the packet came in on (`XDP_TX`).
+    TxIcmpTooBig,
+    /// Dropped: would exceed the path MTU once encapsulated, and may not be told so
+    /// (IPv4 without the don't-fragment bit: XDP cannot fragment).
+    DropTooBig,
+    /// Dropped: an `ipip`/`gue` packet, but the `lb_tunnel` program is not installed.
+    DropTunnelUnavailable,
     /// Event: a flow's second packet moved it from the embryonic to the established
     /// table.
     EmbryonicPromoted,
@@ -77,6 +94,9 @@ pub enum Counter {
     NatReleasedRst,
     /// Event: a `nat` port taken over from a flow that timed out.
     NatReleasedTimeout,
+    /// Event: a tunnelled flow's SYN had its MSS lowered to fit the path MTU once
+    /// encapsulated.
+    MssClamped,
 }
 
 /// What the XDP program did with a packet: the `xdp_action` it returned.
@@ -143,6 +163,16 @@ pub enum Reason {
     NatNoFlow,
     /// The NAT maps are full.
     NatTableFull,
+    /// Encapsulated in IPv4/IPv6 to its backend (`ipip`).
+    Ipip,
+    /// Encapsulated in UDP to its backend (`gue`).
+    Gue,
+    /// An ICMP "too big" made here for the client.
+    IcmpTooBig,
+    /// Too big once encapsulated, and no ICMP may say so.
+    TooBig,
+    /// `lb_tunnel` is not installed.
+    TunnelUnavailable,
 }
 
 impl Reason {
@@ -167,6 +197,11 @@ impl Reason {
             Reason::Malformed => "malformed",
             Reason::NatNoFlow => "nat_no_flow",
             Reason::NatTableFull => "nat_table_full",
+            Reason::Ipip => "ipip",
+            Reason::Gue => "gue",
+            Reason::IcmpTooBig => "icmp_too_big",
+            Reason::TooBig => "too_big",
+            Reason::TunnelUnavailable => "tunnel_unavailable",
         }
     }
 }
@@ -195,11 +230,15 @@ pub enum Sent {
     IcmpError,
     /// A `nat` reply translated back and sent to the client.
     NatReply,
+    /// A flow's packet encapsulated in IP (`ipip`).
+    Ipip,
+    /// A flow's packet encapsulated in UDP (`gue`).
+    Gue,
 }
 
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 28;
+    pub const COUNT: u32 = 36;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -225,12 +264,20 @@ impl Counter {
         Counter::DropMalformed,
         Counter::DropNatNoFlow,
         Counter::DropNatTableFull,
+        Counter::TxIpip,
+        Counter::RedirectIpip,
+        Counter::TxGue,
+        Counter::RedirectGue,
+        Counter::TxIcmpTooBig,
+        Counter::DropTooBig,
+        Counter::DropTunnelUnavailable,
         Counter::EmbryonicPromoted,
         Counter::NonSynMiss,
         Counter::IdentityMismatch,
         Counter::NatReleasedFin,
         Counter::NatReleasedRst,
         Counter::NatReleasedTimeout,
+        Counter::MssClamped,
     ];
 
     /// Stable snake_case name, used in CLI output and logs: for a verdict counter its
@@ -259,12 +306,20 @@ impl Counter {
             Counter::DropMalformed => "drop_malformed",
             Counter::DropNatNoFlow => "drop_nat_no_flow",
             Counter::DropNatTableFull => "drop_nat_table_full",
+            Counter::TxIpip => "tx_ipip",
+            Counter::RedirectIpip => "redirect_ipip",
+            Counter::TxGue => "tx_gue",
+            Counter::RedirectGue => "redirect_gue",
+            Counter::TxIcmpTooBig => "tx_icmp_too_big",
+            Counter::DropTooBig => "drop_too_big",
+            Counter::DropTunnelUnavailable => "drop_tunnel_unavailable",
             Counter::EmbryonicPromoted => "embryonic_promoted",
             Counter::NonSynMiss => "non_syn_miss",
             Counter::IdentityMismatch => "identity_mismatch",
             Counter::NatReleasedFin => "nat_released_fin",
             Counter::NatReleasedRst => "nat_released_rst",
             Counter::NatReleasedTimeout => "nat_released_timeout",
+            Counter::MssClamped => "mss_clamped",
         }
     }
 
@@ -279,7 +334,8 @@ impl Counter {
             | Counter::IdentityMismatch
             | Counter::NatReleasedFin
             | Counter::NatReleasedRst
-            | Counter::NatReleasedTimeout => return CounterKind::Event,
+            | Counter::NatReleasedTimeout
+            | Counter::MssClamped => return CounterKind::Event,
             Counter::PassNotIp => (A::Pass, R::NotIp),
             Counter::PassNotVip => (A::Pass, R::NotVip),
             Counter::PassIpv4Options => (A::Pass, R::Ipv4Options),
@@ -301,6 +357,13 @@ impl Counter {
             Counter::DropMalformed => (A::Drop, R::Malformed),
             Counter::DropNatNoFlow => (A::Drop, R::NatNoFlow),
             Counter::DropNatTableFull => (A::Drop, R::NatTableFull),
+            Counter::TxIpip => (A::Tx, R::Ipip),
+            Counter::RedirectIpip => (A::Redirect, R::Ipip),
+            Counter::TxGue => (A::Tx, R::Gue),
+            Counter::RedirectGue => (A::Redirect, R::Gue),
+            Counter::TxIcmpTooBig => (A::Tx, R::IcmpTooBig),
+            Counter::DropTooBig => (A::Drop, R::TooBig),
+            Counter::DropTunnelUnavailable => (A::Drop, R::TunnelUnavailable),
         };
         CounterKind::Verdict { action, reason }
     }
@@ -315,6 +378,10 @@ impl Counter {
             (Counter::Redirect, Sent::IcmpError) => Counter::RedirectIcmpError,
             (Counter::Tx, Sent::NatReply) => Counter::TxNatReply,
             (Counter::Redirect, Sent::NatReply) => Counter::RedirectNatReply,
+            (Counter::Tx, Sent::Ipip) => Counter::TxIpip,
+            (Counter::Redirect, Sent::Ipip) => Counter::RedirectIpip,
+            (Counter::Tx, Sent::Gue) => Counter::TxGue,
+            (Counter::Redirect, Sent::Gue) => Counter::RedirectGue,
             (other, _) => other,
         }
     }
@@ -374,7 +441,7 @@ mod tests {
                 }
                 CounterKind::Packets => assert_eq!(c, Counter::Packets),
                 CounterKind::Event => assert!(
-                    c as u32 > Counter::DropNatTableFull as u32,
+                    c as u32 > Counter::DropTunnelUnavailable as u32,
                     "{}: events come after every verdict",
                     c.name()
                 ),
@@ -391,6 +458,8 @@ mod tests {
             for (what, reason) in [
                 (Sent::IcmpError, Reason::IcmpError),
                 (Sent::NatReply, Reason::NatReply),
+                (Sent::Ipip, Reason::Ipip),
+                (Sent::Gue, Reason::Gue),
             ] {
                 let c = via.sent_as(what);
                 assert_eq!(

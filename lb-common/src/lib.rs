@@ -23,5 +23,5 @@ pub use counters::{
 pub use hash::flow_hash;
 pub use maps::{
     AddrKey, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, NatState,
-    NatTimeouts, TableChunk, VipInfo, VipKey,
+    NatTimeouts, TableChunk, TunnelConfig, VipInfo, VipKey,
 };

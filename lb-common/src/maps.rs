@@ -13,8 +13,12 @@ pub mod names {
     pub const NAT_PROGRAM: &str = "lb_nat";
     /// The `nat` ICMP-error program, tail-called from the ingress program.
     pub const NAT_ICMP_PROGRAM: &str = "lb_nat_icmp";
-    /// Tail-call targets.
-    pub const PROGS: &str = "LB_PROGS_V1";
+    /// The `ipip`/`gue` encapsulation program, tail-called from the ingress program.
+    pub const TUNNEL_PROGRAM: &str = "lb_tunnel";
+    /// Tail-call targets (V2: a third slot, `lb_tunnel`).
+    pub const PROGS: &str = "LB_PROGS_V2";
+    /// The tail-call targets of releases before V2, whose pin a new agent removes.
+    pub const PROGS_V1: &str = "LB_PROGS_V1";
     /// A program that passes everything (benchmark floor, veth peers).
     pub const XDP_PASS_PROGRAM: &str = "xdp_pass";
     /// VIP lookup: [`super::VipKey`] → [`super::VipInfo`].
@@ -46,9 +50,13 @@ pub mod names {
     pub const NAT_V1: &str = "LB_NAT_V1";
     /// Node-wide settings: index 0 → [`super::GlobalConfig`].
     pub const CONFIG: &str = "LB_CONFIG_V4";
-    /// Per-CPU global counters indexed by [`crate::Counter`] (V4: the ICMP errors and
-    /// `nat` replies sent with `XDP_REDIRECT` counted apart from those sent with `XDP_TX`).
-    pub const COUNTERS: &str = "LB_COUNTERS_V4";
+    /// Per-CPU global counters indexed by [`crate::Counter`] (V5: the tunnel modes'
+    /// verdicts and the MTU's).
+    pub const COUNTERS: &str = "LB_COUNTERS_V5";
+    /// The counters of releases before V5, whose pin a new agent removes.
+    pub const COUNTERS_V4: &str = "LB_COUNTERS_V4";
+    /// Tunnel settings: index 0 → [`super::TunnelConfig`].
+    pub const TUNNEL: &str = "LB_TUNNEL_V1";
     /// Per-CPU per-service counters indexed by service id → [`crate::VipStats`].
     pub const VIP_STATS: &str = "LB_VIP_STATS_V2";
     /// Per-CPU per-backend counters indexed by backend id → [`crate::BackendStats`].
@@ -163,6 +171,13 @@ pub enum ForwardingMode {
     Nat = 2,
     /// Pass to the kernel stack: the agent's HTTP proxy serves the VIP.
     L7 = 3,
+    /// Encapsulated DSR: the packet in an outer IPv4 or IPv6 header (IP protocol 4
+    /// for an IPv4 packet, 41 for IPv6) to a backend anywhere routable, whose
+    /// `lb_decap` strips it; the backend replies to the client directly.
+    Ipip = 4,
+    /// Encapsulated DSR in UDP (GUE variant 1: the IP packet right after the UDP
+    /// header), the flow's hash in the source port.
+    Gue = 5,
 }
 
 impl ForwardingMode {
@@ -172,6 +187,8 @@ impl ForwardingMode {
             1 => Some(Self::Dsr),
             2 => Some(Self::Nat),
             3 => Some(Self::L7),
+            4 => Some(Self::Ipip),
+            5 => Some(Self::Gue),
             _ => None,
         }
     }
@@ -486,6 +503,32 @@ pub struct GlobalConfig {
 }
 const _: () = assert!(size_of::<GlobalConfig>() == 120);
 
+/// Tunnel settings of `ipip` and `gue` services, stored at index 0 of the tunnel map.
+///
+/// The outer source of a flow's packets is `source | (mix & host_mask)`, `mix` a cheap
+/// per-flow value of the client's address and port, so a backend's NIC, hashing the
+/// outer header, spreads flows over its queues; a mask of zero sends every packet
+/// from `source` itself. IPv6 outer headers also carry `mix` as their flow label.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunnelConfig {
+    /// Outer IPv4 source (network order bytes); zero: IPv4 outer headers are refused.
+    pub source_v4: [u8; 4],
+    /// The bits of [`Self::source_v4`] a flow varies (network order bytes).
+    pub host_mask_v4: [u8; 4],
+    /// Outer IPv6 source; zero: IPv6 outer headers are refused.
+    pub source_v6: [u8; 16],
+    /// The bits of the low half of [`Self::source_v6`] a flow varies (network order).
+    pub host_mask_v6: [u8; 8],
+    /// `gue`: the UDP destination port, network byte order.
+    pub gue_port_be: u16,
+    /// Reserved, zero.
+    pub _pad: u16,
+    /// Reserved, zero.
+    pub flags: u32,
+}
+const _: () = assert!(size_of::<TunnelConfig>() == 40);
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: each type is repr(C), Copy, and has no padding (size asserts above), so
@@ -500,4 +543,5 @@ mod pod {
     unsafe impl aya::Pod for super::NatEntry {}
     unsafe impl aya::Pod for super::GlobalConfig {}
     unsafe impl aya::Pod for super::NatTimeouts {}
+    unsafe impl aya::Pod for super::TunnelConfig {}
 }

@@ -1,4 +1,6 @@
-//! Forwarding in `dsr` mode: next hop from the kernel's FIB, MAC rewrite, transmit.
+//! Forwarding: next hop (and its MTU) from the kernel's FIB, MAC rewrite, transmit.
+//! `dsr` and `nat` send the packet as it is (rewritten); `ipip`/`gue` resolve the hop
+//! for the outer header first (see `tunnel.rs`).
 
 use core::mem::size_of;
 
@@ -16,7 +18,7 @@ use lb_common::{Backend, Counter, maps::BACKEND_F_IPV6};
 use crate::{
     Verdict,
     maps::{FIB_SCRATCH, NEXT_HOPS},
-    parse::Packet,
+    parse::{EthHdr, Packet},
 };
 
 /// How long a cached next hop is trusted before the FIB is asked again. Bounds how
@@ -35,6 +37,29 @@ pub struct NextHop {
     pub ifindex: u32,
     /// `bpf_ktime_get_coarse_ns` time after which the entry is stale; 0 = empty.
     pub expires_ns: u64,
+    /// The route's MTU as the FIB reported it.
+    pub mtu: u32,
+    pub _pad: u32,
+}
+
+/// Where a packet goes next: what [`resolve`] found.
+#[derive(Clone, Copy)]
+pub struct Hop {
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    pub ifindex: u32,
+    /// The route's MTU: the largest IP packet the egress takes.
+    pub mtu: u32,
+}
+
+/// What the FIB is asked: a packet of `proto` from `src` to `dst` (IPv4-mapped for
+/// IPv4), `tot_len` bytes of IP (0: no MTU check by the FIB).
+pub struct Query<'a> {
+    pub ipv6: bool,
+    pub src: &'a [u8; 16],
+    pub dst: &'a [u8; 16],
+    pub proto: u8,
+    pub tot_len: u16,
 }
 
 #[inline(always)]
@@ -94,14 +119,34 @@ pub fn to_backend(
     if (backend.flags & BACKEND_F_IPV6 != 0) != pkt.ipv6 {
         return Verdict::drop(Counter::DropNoRoute);
     }
-    via_fib(ctx, pkt, &backend.addr, Some(backend_id), now)
+    let q = Query {
+        ipv6: pkt.ipv6,
+        src: &pkt.key.src,
+        dst: &backend.addr,
+        proto: pkt.key.proto,
+        tot_len: pkt.ip_len,
+    };
+    match resolve(ctx, &q, Some(backend_id), now) {
+        Ok(hop) => send(ctx, pkt.eth, &hop),
+        Err(verdict) => verdict,
+    }
 }
 
 /// Sends a (translated) reply towards `client`: the FIB picks the next hop; clients
 /// are too many to cache.
 #[inline(always)]
 pub fn to_client(ctx: &XdpContext, pkt: &Packet, client: &[u8; 16], now: u64) -> Verdict {
-    via_fib(ctx, pkt, client, None, now)
+    let q = Query {
+        ipv6: pkt.ipv6,
+        src: &pkt.key.src,
+        dst: client,
+        proto: pkt.key.proto,
+        tot_len: pkt.ip_len,
+    };
+    match resolve(ctx, &q, None, now) {
+        Ok(hop) => send(ctx, pkt.eth, &hop),
+        Err(verdict) => verdict,
+    }
 }
 
 /// Now, on the clock of every deadline in the data plane (`CLOCK_MONOTONIC`,
@@ -112,47 +157,54 @@ pub fn now() -> u64 {
     unsafe { bpf_ktime_get_coarse_ns() }
 }
 
-/// Next hop for `dst` (from the per-backend cache when `cache_id` is given and the entry
-/// is fresh, else from the FIB), then MAC rewrite and transmit. `now` is [`now`].
+/// The next hop for `q` (from the per-backend cache when `cache_id` is given and the
+/// entry is fresh, else from the FIB). `now` is [`now`].
+///
+/// # Errors
+/// The verdict when there is none: an unresolved neighbour passes the packet to the
+/// stack once; no route (or, with `tot_len`, a packet over the route's MTU) drops it.
 #[inline(always)]
-fn via_fib(
+pub fn resolve(
     ctx: &XdpContext,
-    pkt: &Packet,
-    dst: &[u8; 16],
+    q: &Query<'_>,
     cache_id: Option<u32>,
     now: u64,
-) -> Verdict {
-    let ingress = ctx.ingress_ifindex() as u32;
+) -> Result<Hop, Verdict> {
     let cache = cache_id.and_then(|id| NEXT_HOPS.get_ptr_mut(id));
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.
         let hop = unsafe { &*hop };
-        if now < hop.expires_ns && same_addr(&hop.addr, dst) {
-            return send(pkt, ingress, hop.ifindex, &hop.dmac, &hop.smac);
+        if now < hop.expires_ns && same_addr(&hop.addr, q.dst) {
+            return Ok(Hop {
+                dmac: hop.dmac,
+                smac: hop.smac,
+                ifindex: hop.ifindex,
+                mtu: hop.mtu,
+            });
         }
     }
     // The parameters live in a per-CPU scratch slot rather than on the stack, where the
     // struct would get a 64-byte memset call per packet. Every input field is written
     // here; the rest are outputs of the helper.
     let Some(fib) = FIB_SCRATCH.get_ptr_mut(0) else {
-        return Verdict::drop(Counter::DropNoRoute);
+        return Err(Verdict::drop(Counter::DropNoRoute));
     };
     // SAFETY: fib points to this CPU's slot of the scratch map, valid for this run.
     let rc = unsafe {
-        (*fib).l4_protocol = pkt.key.proto;
+        (*fib).l4_protocol = q.proto;
         (*fib).sport = 0;
         (*fib).dport = 0;
-        (*fib).__bindgen_anon_1.tot_len = pkt.ip_len;
-        (*fib).ifindex = ingress;
+        (*fib).__bindgen_anon_1.tot_len = q.tot_len;
+        (*fib).ifindex = ctx.ingress_ifindex() as u32;
         (*fib).__bindgen_anon_2.flowinfo = 0;
-        if pkt.ipv6 {
+        if q.ipv6 {
             (*fib).family = AF_INET6;
-            (*fib).__bindgen_anon_3.ipv6_src = words(&pkt.key.src);
-            (*fib).__bindgen_anon_4.ipv6_dst = words(dst);
+            (*fib).__bindgen_anon_3.ipv6_src = words(q.src);
+            (*fib).__bindgen_anon_4.ipv6_dst = words(q.dst);
         } else {
             (*fib).family = AF_INET;
-            (*fib).__bindgen_anon_3.ipv4_src = words(&pkt.key.src)[3];
-            (*fib).__bindgen_anon_4.ipv4_dst = words(dst)[3];
+            (*fib).__bindgen_anon_3.ipv4_src = words(q.src)[3];
+            (*fib).__bindgen_anon_4.ipv4_dst = words(q.dst)[3];
         }
         bpf_fib_lookup(ctx.as_ptr(), fib, size_of::<FibParams>() as i32, 0)
     };
@@ -160,35 +212,45 @@ fn via_fib(
     let fib = unsafe { &*fib };
     match rc as u32 {
         BPF_FIB_LKUP_RET_SUCCESS => {}
-        BPF_FIB_LKUP_RET_NO_NEIGH => return Verdict::pass(Counter::PassNoNeighbour),
-        _ => return Verdict::drop(Counter::DropNoRoute),
+        BPF_FIB_LKUP_RET_NO_NEIGH => return Err(Verdict::pass(Counter::PassNoNeighbour)),
+        _ => return Err(Verdict::drop(Counter::DropNoRoute)),
     }
+    // On success the helper reports the route's MTU where `tot_len` was.
+    // SAFETY: a plain integer of the union the helper wrote.
+    let mtu = u32::from(unsafe { fib.__bindgen_anon_1.mtu_result });
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.
         unsafe {
-            (*hop).addr = *dst;
+            (*hop).addr = *q.dst;
             (*hop).dmac = fib.dmac;
             (*hop).smac = fib.smac;
             (*hop).ifindex = fib.ifindex;
+            (*hop).mtu = mtu;
             (*hop).expires_ns = now + NEXT_HOP_TTL_NS;
         }
     }
-    send(pkt, ingress, fib.ifindex, &fib.dmac, &fib.smac)
+    Ok(Hop {
+        dmac: fib.dmac,
+        smac: fib.smac,
+        ifindex: fib.ifindex,
+        mtu,
+    })
 }
 
-/// Rewrites the MACs and transmits: back out of the ingress interface, or redirected.
+/// Rewrites the MACs of the frame at `eth` and transmits: back out of the ingress
+/// interface, or redirected.
 #[inline(always)]
-fn send(pkt: &Packet, ingress: u32, ifindex: u32, dmac: &[u8; 6], smac: &[u8; 6]) -> Verdict {
-    // SAFETY: pkt.eth was bounds-checked by the parser and the packet was not resized.
+pub fn send(ctx: &XdpContext, eth: *mut EthHdr, hop: &Hop) -> Verdict {
+    // SAFETY: the caller's eth was bounds-checked for this (possibly resized) packet.
     unsafe {
-        write_mac(&raw mut (*pkt.eth).dst, dmac);
-        write_mac(&raw mut (*pkt.eth).src, smac);
+        write_mac(&raw mut (*eth).dst, &hop.dmac);
+        write_mac(&raw mut (*eth).src, &hop.smac);
     }
-    if ifindex == ingress {
+    if hop.ifindex == ctx.ingress_ifindex() as u32 {
         Verdict::forward(xdp_action::XDP_TX, Counter::Tx)
     } else {
         // SAFETY: plain helper call; it returns XDP_REDIRECT or XDP_ABORTED.
-        let action = unsafe { bpf_redirect(ifindex, 0) } as u32;
+        let action = unsafe { bpf_redirect(hop.ifindex, 0) } as u32;
         Verdict::forward(action, Counter::Redirect)
     }
 }

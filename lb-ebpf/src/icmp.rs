@@ -330,6 +330,108 @@ fn quoted_ports(old: &[u8; 4], backend_port_be: u16, nat_port_be: u16) -> [u8; 4
     [b[0], b[1], p[0], p[1]]
 }
 
+/// Makes the frame, whose IPv4 packet at `l3` now has 28 bytes of room in front of the
+/// quoted header and 8 bytes after it, an ICMP "fragmentation needed" from the
+/// flow's VIP to its client with next-hop MTU `mtu`.
+#[inline(always)]
+pub fn write_frag_needed_v4(ctx: &XdpContext, l3: usize, key: &FlowKey, mtu: u32) -> bool {
+    const LEN: u16 = (IPV4_LEN + ICMP_LEN + IPV4_LEN + 8) as u16;
+    let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, l3) else {
+        return false;
+    };
+    let Some(body) = ptr_at::<[u8; ICMP_LEN + IPV4_LEN + 8]>(ctx, l3 + IPV4_LEN) else {
+        return false;
+    };
+    let (src, dst) = (crate::csum::v4_of(&key.dst), crate::csum::v4_of(&key.src));
+    let words = [
+        0x4500,
+        u32::from(LEN),
+        u32::from(u16::from_be_bytes([64, proto::ICMP])),
+        u32::from(u16::from_be_bytes([src[0], src[1]])),
+        u32::from(u16::from_be_bytes([src[2], src[3]])),
+        u32::from(u16::from_be_bytes([dst[0], dst[1]])),
+        u32::from(u16::from_be_bytes([dst[2], dst[3]])),
+    ];
+    let check = !crate::csum::fold(words.iter().sum());
+    let mtu = (mtu.min(0xffff) as u16).to_be_bytes();
+    // SAFETY: ptr_at checked both ranges.
+    unsafe {
+        (*ip).version_ihl = 0x45;
+        (*ip).tos = 0;
+        (*ip).tot_len = LEN.to_be_bytes();
+        (*ip).id = [0, 0];
+        (*ip).frag = [0, 0];
+        (*ip).ttl = 64;
+        (*ip).proto = proto::ICMP;
+        (*ip).check = check.to_be_bytes();
+        (*ip).src = src;
+        (*ip).dst = dst;
+        let b = &mut *body;
+        b[..8].copy_from_slice(&[
+            ICMP_DEST_UNREACH,
+            ICMP_FRAG_NEEDED,
+            0,
+            0,
+            0,
+            0,
+            mtu[0],
+            mtu[1],
+        ]);
+        let sum = csum_sum(body.cast(), (ICMP_LEN + IPV4_LEN + 8) as u32, 0);
+        [b[2], b[3]] = (!crate::csum::fold(sum)).to_ne_bytes();
+    }
+    true
+}
+
+/// Makes the frame, whose IPv6 packet at `l3` now has 48 bytes of room in front of the
+/// quoted header and 8 bytes after it, an ICMPv6 "packet too big" from the flow's VIP
+/// to its client with MTU `mtu` (at least IPv6's 1280).
+#[inline(always)]
+pub fn write_too_big_v6(ctx: &XdpContext, l3: usize, key: &FlowKey, mtu: u32) -> bool {
+    const BODY: usize = ICMP_LEN + IPV6_LEN + 8;
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else {
+        return false;
+    };
+    let Some(body) = ptr_at::<[u8; BODY]>(ctx, l3 + IPV6_LEN) else {
+        return false;
+    };
+    let mtu = mtu.max(1280).to_be_bytes();
+    // SAFETY: ptr_at checked both ranges.
+    unsafe {
+        (*ip).vtc_flow = [0x60, 0, 0, 0];
+        (*ip).payload_len = (BODY as u16).to_be_bytes();
+        (*ip).next_hdr = proto::ICMPV6;
+        (*ip).hop_limit = 64;
+        (*ip).src = key.dst;
+        (*ip).dst = key.src;
+        let b = &mut *body;
+        b[..8].copy_from_slice(&[ICMPV6_PKT_TOOBIG, 0, 0, 0, mtu[0], mtu[1], mtu[2], mtu[3]]);
+        // The pseudo header: both addresses, the length and the next header.
+        let mut sum = csum_sum((*ip).src.as_ptr(), 32, 0);
+        sum = csum_sum(body.cast(), BODY as u32, sum);
+        let fixed = u32::from_ne_bytes([0, 0, 0, BODY as u8]) as u64
+            + u32::from_ne_bytes([0, 0, 0, proto::ICMPV6]) as u64
+            + u64::from(sum);
+        let fixed = ((fixed & 0xffff_ffff) + (fixed >> 32)) as u32;
+        [b[2], b[3]] = (!crate::csum::fold(fixed)).to_ne_bytes();
+    }
+    true
+}
+
+/// The one's-complement sum (`bpf_csum_diff` with nothing taken away) of `len` bytes
+/// at `data`, continuing `seed`.
+///
+/// # Safety
+/// `data` valid for `len` bytes; `len` a multiple of 4.
+#[inline(always)]
+unsafe fn csum_sum(data: *const u8, len: u32, seed: u32) -> u32 {
+    // SAFETY: per the contract; the helper only reads.
+    unsafe {
+        aya_ebpf::helpers::bpf_csum_diff(core::ptr::null_mut(), 0, data as *mut u32, len, seed)
+            as u32
+    }
+}
+
 /// `bpf_csum_diff` over `len` bytes, continuing the sum `seed`.
 ///
 /// # Safety

@@ -22,6 +22,7 @@ mod maps;
 mod nat;
 mod parse;
 mod stats;
+mod tunnel;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_common::{Counter, ForwardingMode, Sent, maps::VipInfo};
@@ -72,7 +73,14 @@ impl Verdict {
     pub const fn forwarded(&self) -> bool {
         matches!(
             self.reason,
-            Counter::Tx | Counter::Redirect | Counter::TxIcmpError | Counter::RedirectIcmpError
+            Counter::Tx
+                | Counter::Redirect
+                | Counter::TxIcmpError
+                | Counter::RedirectIcmpError
+                | Counter::TxIpip
+                | Counter::RedirectIpip
+                | Counter::TxGue
+                | Counter::RedirectGue
         )
     }
 }
@@ -134,6 +142,9 @@ fn steer(ctx: &XdpContext) -> Verdict {
         Ok(choice) => choice,
         Err(why) => return no_choice(why),
     };
+    if vip.mode == ForwardingMode::Ipip as u32 || vip.mode == ForwardingMode::Gue as u32 {
+        return tunnel::hand_over(ctx, &pkt, &choice, vip);
+    }
     let now = forward::now();
     let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
     if pkt.kind == Kind::IcmpError {
@@ -194,6 +205,16 @@ fn tail_call(ctx: &XdpContext, index: u32) -> Verdict {
     // SAFETY: ctx is this program's context; PROGS holds only XDP programs.
     unsafe { maps::PROGS.tail_call(ctx, index) };
     Verdict::drop(Counter::DropNatUnavailable)
+}
+
+/// `ipip` and `gue` packets, reached by tail call from `lb_xdp` with the backend it
+/// chose: encapsulated and sent (see `tunnel.rs`).
+#[xdp]
+pub fn lb_tunnel(ctx: XdpContext) -> u32 {
+    let verdict = tunnel::steer(&ctx);
+    stats::count(verdict.reason);
+    if_log! { log::hand_over(&ctx, verdict); }
+    verdict.action
 }
 
 /// `nat` mode ICMP errors about the node's translated replies, reached by tail call

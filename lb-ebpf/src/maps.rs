@@ -77,23 +77,35 @@ pub static NAT_FLOWS: HashMap<FlowKey, FlowEntry> = HashMap::with_max_entries(NA
 #[map(name = "LB_NAT_SCRATCH")]
 pub static NAT_SCRATCH: PerCpuArray<crate::nat::Scratch> = PerCpuArray::with_max_entries(1, 0);
 
-/// Tail-call targets: `lb_nat` (`nat` flows) and `lb_nat_icmp` (ICMP errors about
-/// them), each with a stack frame of its own (the verifier allows 512 bytes per
-/// program, and one program doing everything does not fit).
-#[map(name = "LB_PROGS_V1")]
-pub static PROGS: ProgramArray = ProgramArray::with_max_entries(2, 0);
+/// Tail-call targets: `lb_nat` (`nat` flows), `lb_nat_icmp` (ICMP errors about them)
+/// and `lb_tunnel` (`ipip`/`gue` encapsulation), each with a stack frame of its own
+/// (the verifier allows 512 bytes per program, and one program doing everything does
+/// not fit).
+#[map(name = "LB_PROGS_V2")]
+pub static PROGS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 
 /// Index of `lb_nat` in [`PROGS`].
 pub const PROG_NAT: u32 = 0;
 /// Index of `lb_nat_icmp` in [`PROGS`].
 pub const PROG_NAT_ICMP: u32 = 1;
+/// Index of `lb_tunnel` in [`PROGS`].
+pub const PROG_TUNNEL: u32 = 2;
+
+/// Per-CPU hand-over from `lb_xdp` to `lb_tunnel`: the packet as parsed and the
+/// backend chosen, so the encapsulation neither parses nor looks up again.
+#[map(name = "LB_TUNNEL_JOBS")]
+pub static TUNNEL_JOBS: PerCpuArray<crate::tunnel::Job> = PerCpuArray::with_max_entries(1, 0);
+
+/// Tunnel settings of `ipip` and `gue` services at index 0 (see `tunnel.rs`).
+#[map(name = "LB_TUNNEL_V1")]
+pub static TUNNEL: Array<lb_common::TunnelConfig> = Array::with_max_entries(1, 0);
 
 /// Node-wide settings at index 0.
 #[map(name = "LB_CONFIG_V4")]
 pub static CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);
 
 /// Global verdict and reason counters, one slot per `Counter`.
-#[map(name = "LB_COUNTERS_V4")]
+#[map(name = "LB_COUNTERS_V5")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
 /// Per-service traffic, indexed by `VipInfo::service_id`.

@@ -65,6 +65,19 @@ pub const CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1
 /// Backends with a neighbour entry.
 pub const RESOLVED_BACKENDS: u8 = 4;
 
+/// A router on `eth0` with a permanent neighbour entry: the next hop of the routed
+/// backend prefixes [`ROUTED_V4`] and [`ROUTED_V6`] (backends in another subnet, as
+/// tunnel modes have them).
+pub const ROUTER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 254);
+/// The router's IPv6 address.
+pub const ROUTER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0xfe);
+/// The router's MAC.
+pub const ROUTER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+/// Backends behind the router: 198.19.0.0/24.
+pub const ROUTED_V4: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 0);
+/// IPv6 backends behind the router: 2001:db8:1::/64.
+pub const ROUTED_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0);
+
 /// The namespace fixtures run in.
 #[derive(Debug)]
 pub struct FixtureHost {
@@ -95,6 +108,8 @@ impl FixtureHost {
         let clients = [
             (IpAddr::V4(CLIENT_ADDR), CLIENT_MAC),
             (IpAddr::V6(CLIENT_ADDR6), CLIENT_MAC),
+            (IpAddr::V4(ROUTER), ROUTER_MAC),
+            (IpAddr::V6(ROUTER6), ROUTER_MAC),
         ];
         for (addr, mac) in (0..RESOLVED_BACKENDS)
             .flat_map(|i| [backend(i), backend6(i)])
@@ -112,6 +127,21 @@ impl FixtureHost {
                 "permanent",
             ]);
         }
+        ns.ip(&[
+            "route",
+            "add",
+            &format!("{ROUTED_V4}/24"),
+            "via",
+            &ROUTER.to_string(),
+        ]);
+        ns.ip(&[
+            "-6",
+            "route",
+            "add",
+            &format!("{ROUTED_V6}/64"),
+            "via",
+            &ROUTER6.to_string(),
+        ]);
         ns.sysctl("net.ipv4.conf.eth0.forwarding", "1");
         ns.sysctl("net.ipv6.conf.eth0.forwarding", "1");
         Self { ns }
@@ -224,6 +254,13 @@ impl XdpRig {
                 ..GlobalConfig::default()
             })
             .expect("set config");
+    }
+
+    /// Configures the tunnel modes' outer sources and GUE port.
+    pub fn set_tunnel(&mut self, tunnel: lb_common::TunnelConfig) {
+        self.dataplane
+            .set_tunnel(tunnel)
+            .expect("set tunnel config");
     }
 
     /// Sets the `nat` timeouts (keeping the other settings).

@@ -40,7 +40,7 @@ pub static BPF_OBJECT_LOG: &[u8] =
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 14] = [
+pub const PINNED_MAPS: [&str; 15] = [
     names::ECHO_ADDRS,
     names::NAT,
     names::NAT_FLOWS,
@@ -52,6 +52,7 @@ pub const PINNED_MAPS: [&str; 14] = [
     names::TABLE_CHUNKS,
     names::CONNTRACK,
     names::CONFIG,
+    names::TUNNEL,
     names::COUNTERS,
     names::VIP_STATS,
     names::BACKEND_STATS,
@@ -169,6 +170,11 @@ impl KernelDataplane {
                 action: format!("creating pin directory {}", dir.display()),
                 source: Box::new(source),
             })?;
+            // Maps of earlier releases that a newer one renamed: the program still
+            // attached holds them while it runs; their pins only mislead readers.
+            for stale in [names::PROGS_V1, names::COUNTERS_V4] {
+                let _ = std::fs::remove_file(dir.join(stale));
+            }
             let m = crate::migrate::Migration::prepare(dir, tables)?;
             if !m.is_empty() {
                 migration = Some(m);
@@ -188,7 +194,7 @@ impl KernelDataplane {
         let prog = xdp_of(&mut ebpf)?;
         prog.load()
             .map_err(program_error("loading the XDP program"))?;
-        // lb_nat and lb_nat_icmp run by tail call from lb_xdp; their slots are replaced
+        // lb_nat, lb_nat_icmp and lb_tunnel run by tail call from lb_xdp; their slots are replaced
         // in place on a restart (the pinned array outlives lbd).
         let progs_map = ebpf.take_map(names::PROGS).ok_or(DataplaneError::Missing {
             what: "map",
@@ -196,7 +202,11 @@ impl KernelDataplane {
         })?;
         let mut progs =
             ProgramArray::try_from(progs_map).map_err(map_error("open", names::PROGS))?;
-        for (slot, name) in [(0, names::NAT_PROGRAM), (1, names::NAT_ICMP_PROGRAM)] {
+        for (slot, name) in [
+            (0, names::NAT_PROGRAM),
+            (1, names::NAT_ICMP_PROGRAM),
+            (2, names::TUNNEL_PROGRAM),
+        ] {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
                 .ok_or(DataplaneError::Missing {
@@ -485,6 +495,13 @@ impl MapOps for KernelDataplane {
             .config
             .set(0, config, 0)
             .map_err(map_error("set", names::CONFIG))
+    }
+
+    fn set_tunnel(&mut self, tunnel: lb_common::TunnelConfig) -> Result<(), DataplaneError> {
+        self.maps
+            .tunnel
+            .set(0, tunnel, 0)
+            .map_err(map_error("set", names::TUNNEL))
     }
 
     fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError> {

@@ -10,7 +10,7 @@ use aya::{
 };
 use lb_common::{
     AddrKey, Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, TableChunk,
-    TrafficStats, VipInfo, VipKey, maps::names,
+    TrafficStats, TunnelConfig, VipInfo, VipKey, maps::names,
 };
 
 use lb_model::dataplane::{DataplaneError, Fill, FlowCounts, FlowTable, MapRead, Traffic};
@@ -26,6 +26,7 @@ pub struct MapSet {
     pub(crate) nat_flows: HashMap<MapData, FlowKey, FlowEntry>,
     pub(crate) nat: HashMap<MapData, FlowKey, NatEntry>,
     pub(crate) config: Array<MapData, GlobalConfig>,
+    pub(crate) tunnel: Array<MapData, TunnelConfig>,
     pub(crate) counters: PerCpuArray<MapData, u64>,
     pub(crate) vip_stats: PerCpuArray<MapData, TrafficStats>,
     pub(crate) backend_stats: PerCpuArray<MapData, TrafficStats>,
@@ -80,6 +81,7 @@ impl Source for Reopen<'_> {
             names::NAT_FLOWS => m.nat_flows.map(),
             names::NAT => m.nat.map(),
             names::CONFIG => m.config.map(),
+            names::TUNNEL => m.tunnel.map(),
             names::COUNTERS => m.counters.map(),
             names::VIP_STATS => m.vip_stats.map(),
             names::BACKEND_STATS => m.backend_stats.map(),
@@ -163,6 +165,7 @@ impl MapSet {
             nat_flows: typed(source, names::NAT_FLOWS)?,
             nat: typed(source, names::NAT)?,
             config: typed(source, names::CONFIG)?,
+            tunnel: typed(source, names::TUNNEL)?,
             counters: typed(source, names::COUNTERS)?,
             vip_stats: typed(source, names::VIP_STATS)?,
             backend_stats: typed(source, names::BACKEND_STATS)?,
@@ -547,6 +550,12 @@ impl MapRead for MapSet {
         self.config
             .get(&0, 0)
             .map_err(map_error("get", names::CONFIG))
+    }
+
+    fn tunnel_config(&self) -> Result<TunnelConfig, DataplaneError> {
+        self.tunnel
+            .get(&0, 0)
+            .map_err(map_error("get", names::TUNNEL))
     }
 
     fn backend(&self, id: u32) -> Result<Backend, DataplaneError> {

@@ -9,7 +9,8 @@ use std::{
 };
 
 use lb_common::{
-    Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, TableChunk, VipInfo, VipKey,
+    Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, TableChunk, TunnelConfig,
+    VipInfo, VipKey,
 };
 
 use super::{
@@ -25,6 +26,8 @@ const ENOMEM: i32 = 12;
 pub struct MemoryDataplane {
     /// Node settings.
     pub config: GlobalConfig,
+    /// Tunnel settings.
+    pub tunnel: TunnelConfig,
     /// VIP map.
     pub vips: HashMap<VipKey, VipInfo>,
     /// Backends by id.
@@ -133,6 +136,12 @@ impl MapOps for MemoryDataplane {
         Ok(())
     }
 
+    fn set_tunnel(&mut self, tunnel: TunnelConfig) -> Result<(), DataplaneError> {
+        self.write("set_tunnel")?;
+        self.tunnel = tunnel;
+        Ok(())
+    }
+
     fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError> {
         self.write("put_vip")?;
         self.vips.insert(key, info);
@@ -238,6 +247,10 @@ impl MapRead for MemoryDataplane {
 
     fn global_config(&self) -> Result<GlobalConfig, DataplaneError> {
         Ok(self.config)
+    }
+
+    fn tunnel_config(&self) -> Result<TunnelConfig, DataplaneError> {
+        Ok(self.tunnel)
     }
 
     fn backend(&self, id: u32) -> Result<Backend, DataplaneError> {

@@ -14,8 +14,8 @@ mod traffic;
 use std::net::IpAddr;
 
 use lb_common::{
-    Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, TableChunk, VipInfo,
-    VipKey,
+    Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, TableChunk, TunnelConfig,
+    VipInfo, VipKey,
 };
 pub use programmer::{ApplyReport, Change, Plan, Programmer, Refusal, Removal};
 pub use traffic::{Fill, FlowCounts, ShareTraffic, SweepStats, Traffic};
@@ -86,6 +86,8 @@ pub enum DataplaneError {
 pub trait MapOps {
     /// Writes node-wide settings.
     fn set_config(&mut self, config: GlobalConfig) -> Result<(), DataplaneError>;
+    /// Writes the tunnel settings of `ipip` and `gue` services.
+    fn set_tunnel(&mut self, tunnel: TunnelConfig) -> Result<(), DataplaneError>;
     /// Inserts or replaces a VIP entry (one atomic element replacement).
     fn put_vip(&mut self, key: VipKey, info: VipInfo) -> Result<(), DataplaneError>;
     /// Removes a VIP entry.
@@ -115,6 +117,8 @@ pub trait MapRead {
     fn nat_reply(&self, key: &FlowKey) -> Result<Option<NatEntry>, DataplaneError>;
     /// Node-wide settings (the hash seed).
     fn global_config(&self) -> Result<GlobalConfig, DataplaneError>;
+    /// The tunnel settings.
+    fn tunnel_config(&self) -> Result<TunnelConfig, DataplaneError>;
     /// A backend by id.
     fn backend(&self, id: u32) -> Result<Backend, DataplaneError>;
     /// One entry of the service-backend pool.

@@ -390,6 +390,8 @@ pub fn mode_name(mode: Option<ForwardingMode>) -> &'static str {
         Some(ForwardingMode::Dsr) => "dsr",
         Some(ForwardingMode::Nat) => "nat",
         Some(ForwardingMode::L7) => "l7",
+        Some(ForwardingMode::Ipip) => "ipip",
+        Some(ForwardingMode::Gue) => "gue",
         None => "unknown",
     }
 }

@@ -1,0 +1,538 @@
+//! Encapsulated DSR: `ipip` (the packet in an outer IPv4 or IPv6 header, IP protocol
+//! 4 or 41) and `gue` (in UDP, GUE variant 1: the IP packet right after the UDP
+//! header). The outer header's family is the backend's, so an IPv4 VIP can have IPv6
+//! backends (4-in-6) and the other way round. The backend's `lb_decap` strips it.
+//!
+//! Order per packet: the next hop for the outer header (cached per backend, with the
+//! route's MTU), the MTU check, the MSS clamp of a SYN, then the frame grows at the
+//! front, the outer headers are written (IPv4 header checksum computed whole; the UDP
+//! checksum of `gue` is zero, which RFC 6935 allows for tunnels and our decap takes),
+//! and the frame is sent.
+//!
+//! MTU: a packet that would not fit the route once encapsulated is answered with ICMP
+//! "fragmentation needed" (IPv4 with DF) or ICMPv6 "packet too big", quoting it, with
+//! the MTU left for the inner packet, so the client's path-MTU discovery shrinks its
+//! packets; an IPv4 packet without DF is dropped (XDP cannot fragment). A TCP SYN gets
+//! its MSS option lowered to what fits, so TCP flows never hit the limit at all (no
+//! lost first segment, no ICMP needed); only an MSS option in the first option slot is
+//! looked at, where every common stack puts it.
+
+use aya_ebpf::{
+    bindings::xdp_action,
+    helpers::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
+    programs::XdpContext,
+};
+use lb_common::{
+    Backend, Counter, FlowKey, ForwardingMode, Sent, TunnelConfig, VipInfo,
+    maps::{BACKEND_F_IPV6, proto},
+};
+
+use crate::{
+    Verdict,
+    forward::{self, Hop, Query},
+    icmp::{self, ICMP_LEN},
+    lookup::Choice,
+    maps::{BACKENDS, PROG_TUNNEL, PROGS, TUNNEL, TUNNEL_JOBS},
+    parse::{EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, Packet, ptr_at},
+};
+
+/// UDP header length.
+const UDP_LEN: usize = 8;
+/// IP protocol numbers of the inner packet in `ipip`.
+const IPPROTO_IPIP: u8 = 4;
+const IPPROTO_IPV6: u8 = 41;
+const ETH_P_IPV4: [u8; 2] = 0x0800u16.to_be_bytes();
+const ETH_P_IPV6: [u8; 2] = 0x86ddu16.to_be_bytes();
+/// Hop limit of outer headers and of the ICMP errors made here.
+const TTL: u8 = 64;
+/// A TCP header with one 4-byte option: room for an MSS option in the first slot.
+const TCP_WITH_MSS: usize = 24;
+
+/// The UDP header of `gue`.
+#[repr(C)]
+struct UdpHdr {
+    src: [u8; 2],
+    dst: [u8; 2],
+    len: [u8; 2],
+    check: [u8; 2],
+}
+
+/// What `lb_xdp` hands `lb_tunnel` (through [`TUNNEL_JOBS`]): the packet as parsed
+/// and the backend chosen.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Job {
+    pub key: FlowKey,
+    pub backend_id: u32,
+    pub service_id: u32,
+    pub l3: u16,
+    pub ip_len: u16,
+    pub ipv6: u8,
+    pub tcp_flags: u8,
+    pub gue: u8,
+    pub icmp_error: u8,
+    pub new_flow: u8,
+    pub _pad: [u8; 3],
+}
+
+/// In `lb_xdp`: hands the packet and its backend to `lb_tunnel` (a program of its own,
+/// since `lb_xdp`'s stack frame has no room for the encapsulation). Returns only if
+/// the tail call fails.
+#[inline(always)]
+pub fn hand_over(ctx: &XdpContext, pkt: &Packet, choice: &Choice, vip: &VipInfo) -> Verdict {
+    let Some(job) = TUNNEL_JOBS.get_ptr_mut(0) else {
+        return Verdict::drop(Counter::DropTunnelUnavailable);
+    };
+    // SAFETY: this CPU's slot; the tail call below runs on this CPU next.
+    unsafe {
+        (*job).key = pkt.key;
+        (*job).backend_id = choice.backend_id;
+        (*job).service_id = vip.service_id;
+        (*job).l3 = pkt.l3 as u16;
+        (*job).ip_len = pkt.ip_len;
+        (*job).ipv6 = u8::from(pkt.ipv6);
+        (*job).tcp_flags = pkt.tcp_flags;
+        (*job).gue = u8::from(vip.mode == ForwardingMode::Gue as u32);
+        (*job).icmp_error = u8::from(pkt.kind == Kind::IcmpError);
+        (*job).new_flow = u8::from(choice.new_flow);
+        // SAFETY: ctx is this program's context; PROGS holds only XDP programs.
+        PROGS.tail_call(ctx, PROG_TUNNEL);
+    }
+    Verdict::drop(Counter::DropTunnelUnavailable)
+}
+
+/// `lb_tunnel`: the packet `lb_xdp` handed over, encapsulated and sent, and counted
+/// for its service and backend.
+#[inline(always)]
+pub fn steer(ctx: &XdpContext) -> Verdict {
+    let Some(job) = TUNNEL_JOBS.get_ptr(0) else {
+        return Verdict::drop(Counter::DropTunnelUnavailable);
+    };
+    // SAFETY: this CPU's slot, written by `lb_xdp` just before the tail call; read in
+    // place (a copy would cost stack the log build does not have).
+    let job = unsafe { &*job };
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return Verdict::drop(Counter::DropMalformed);
+    };
+    let Some(backend) = BACKENDS.get(job.backend_id) else {
+        return Verdict::drop(Counter::DropNoBackend);
+    };
+    // Offsets rebuilt from what they can be (a link header of 14 or 18 bytes, an IP
+    // header without options), so the verifier knows them as small constants.
+    let ipv6 = job.ipv6 != 0;
+    let l3 = if job.l3 == 18 { 18 } else { 14 };
+    let l4 = l3 + if ipv6 { IPV6_LEN } else { IPV4_LEN };
+    let pkt = Packet {
+        eth,
+        key: job.key,
+        ipv6,
+        ip_len: job.ip_len,
+        kind: if job.icmp_error != 0 {
+            Kind::IcmpError
+        } else {
+            Kind::Flow
+        },
+        l3,
+        l4,
+        tcp_flags: job.tcp_flags,
+    };
+    let verdict = to_backend(ctx, &pkt, job.backend_id, backend, job.gue != 0);
+    if verdict.forwarded() {
+        let bytes = (ctx.data_end() - ctx.data()) as u64;
+        let new_flow = job.new_flow != 0;
+        crate::stats::count_forwarded(job.service_id, job.backend_id, bytes, new_flow);
+        if_log! {
+            if new_flow {
+                crate::log::new_flow(&pkt.key, job.backend_id, backend);
+            }
+        }
+    }
+    verdict
+}
+
+/// Encapsulates the packet to `backend` and sends it (`gue`: in UDP).
+#[inline(always)]
+fn to_backend(
+    ctx: &XdpContext,
+    pkt: &Packet,
+    backend_id: u32,
+    backend: &Backend,
+    gue: bool,
+) -> Verdict {
+    let now = forward::now();
+    let Some(cfg) = TUNNEL.get(0) else {
+        return Verdict::drop(Counter::DropNoRoute);
+    };
+    let outer6 = backend.flags & BACKEND_F_IPV6 != 0;
+    let ip_len = if outer6 { IPV6_LEN } else { IPV4_LEN };
+    let overhead = ip_len + if gue { UDP_LEN } else { 0 };
+    let mix = mix(&pkt.key);
+    let Some(src) = outer_source(cfg, outer6, mix) else {
+        return Verdict::drop(Counter::DropNoRoute);
+    };
+    let outer_proto = match (gue, pkt.ipv6) {
+        (true, _) => proto::UDP,
+        (false, false) => IPPROTO_IPIP,
+        (false, true) => IPPROTO_IPV6,
+    };
+    // `tot_len` 0: the MTU is compared here, so a packet too big can be answered.
+    let q = Query {
+        ipv6: outer6,
+        src: &src,
+        dst: &backend.addr,
+        proto: outer_proto,
+        tot_len: 0,
+    };
+    let hop = match resolve(ctx, &q, backend_id, now) {
+        Ok(hop) => hop,
+        Err(verdict) => return verdict,
+    };
+    let room = hop.mtu.saturating_sub(overhead as u32);
+    if u32::from(pkt.ip_len) > room {
+        return too_big(ctx, pkt, room);
+    }
+    if pkt.is_syn() {
+        clamp_mss(ctx, pkt, room);
+    }
+    let eth = encapsulate(ctx, pkt, &src, backend, gue);
+    if eth.is_null() {
+        return Verdict::drop(Counter::DropMalformed);
+    }
+    forward::send(ctx, eth, &hop).forwarded_as(if gue { Sent::Gue } else { Sent::Ipip })
+}
+
+/// The next hop of the outer header. Not inlined (as [`encapsulate`]): `lb_tunnel`'s
+/// stack frame cannot hold every step at once.
+#[inline(never)]
+fn resolve(ctx: &XdpContext, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
+    forward::resolve(ctx, q, Some(backend_id), now)
+}
+
+/// Grows the frame by the outer headers and writes them, from `src` to `backend`;
+/// the frame's (moved) Ethernet header, or null if the frame cannot grow.
+///
+/// Not inlined: a BPF function of its own has a stack frame of its own, and
+/// `lb_tunnel`'s cannot hold every step at once (at most five arguments).
+#[inline(never)]
+fn encapsulate(
+    ctx: &XdpContext,
+    pkt: &Packet,
+    src: &[u8; 16],
+    backend: &Backend,
+    gue: bool,
+) -> *mut EthHdr {
+    let Some(cfg) = TUNNEL.get(0) else {
+        return core::ptr::null_mut();
+    };
+    let outer6 = backend.flags & BACKEND_F_IPV6 != 0;
+    let ip_len = if outer6 { IPV6_LEN } else { IPV4_LEN };
+    let overhead = ip_len + if gue { UDP_LEN } else { 0 };
+    let outer_proto = match (gue, pkt.ipv6) {
+        (true, _) => proto::UDP,
+        (false, false) => IPPROTO_IPIP,
+        (false, true) => IPPROTO_IPV6,
+    };
+    let mix = mix(&pkt.key);
+    let inner_tos = inner_tos(ctx, pkt);
+    let grow = overhead as i32;
+    // SAFETY: plain helper call on this program's context.
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -grow) } != 0 {
+        return core::ptr::null_mut();
+    }
+    let l3 = pkt.l3;
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return core::ptr::null_mut();
+    };
+    // The link header moves to the new front: a VLAN tag (at 12..16 of the old
+    // frame, now `overhead` bytes further in) comes along; the MACs are written by
+    // the send below.
+    // SAFETY: ptr_at checked both ranges; they do not overlap (overhead >= 20 > 18).
+    unsafe {
+        if l3 != 14 {
+            let Some(old_tag) = ptr_at::<[u8; 4]>(ctx, overhead + 12) else {
+                return core::ptr::null_mut();
+            };
+            let Some(tag) = ptr_at::<[u8; 6]>(ctx, 12) else {
+                return core::ptr::null_mut();
+            };
+            let t = *old_tag;
+            let ether_type = if outer6 { ETH_P_IPV6 } else { ETH_P_IPV4 };
+            *tag = [t[0], t[1], t[2], t[3], ether_type[0], ether_type[1]];
+        } else {
+            (*eth).ether_type = if outer6 { ETH_P_IPV6 } else { ETH_P_IPV4 };
+        }
+    }
+    let payload = pkt.ip_len + if gue { UDP_LEN as u16 } else { 0 };
+    let written = if outer6 {
+        write_ipv6(
+            ctx,
+            l3,
+            src,
+            &backend.addr,
+            outer_proto,
+            payload,
+            inner_tos,
+            mix,
+        )
+    } else {
+        write_ipv4(ctx, l3, src, &backend.addr, outer_proto, payload, inner_tos)
+    };
+    if !written || (gue && !write_udp(ctx, l3 + ip_len, cfg, pkt.ip_len, mix)) {
+        return core::ptr::null_mut();
+    }
+    eth
+}
+
+/// A cheap per-flow value of the client's address and port (the same for every
+/// packet of a flow, different across flows): outer source bits, flow label, GUE
+/// source port.
+#[inline(always)]
+fn mix(key: &FlowKey) -> u32 {
+    let s = &key.src;
+    let a = u32::from_ne_bytes([s[12], s[13], s[14], s[15]]);
+    let b = u32::from_ne_bytes([s[8], s[9], s[10], s[11]]);
+    let p = u32::from(key.src_port_be);
+    // murmur3's finaliser: every input bit reaches every output bit.
+    let mut x = a ^ b.rotate_left(7) ^ p.wrapping_mul(0x9e37_79b1);
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x85eb_ca6b);
+    x ^= x >> 13;
+    x = x.wrapping_mul(0xc2b2_ae35);
+    x ^ (x >> 16)
+}
+
+/// The outer source for a flow (module doc of [`TunnelConfig`]); `None` when the
+/// family has no source configured.
+#[inline(always)]
+fn outer_source(cfg: &TunnelConfig, outer6: bool, mix: u32) -> Option<[u8; 16]> {
+    // In words: byte-wise work on arrays costs a stack slot per byte on BPF.
+    if outer6 {
+        let s = &cfg.source_v6;
+        let hi = u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]);
+        let lo = u64::from_ne_bytes([s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]]);
+        if hi | lo == 0 {
+            return None;
+        }
+        let m = u64::from(mix) | (u64::from(mix) << 32);
+        let lo = lo | (m & u64::from_ne_bytes(cfg.host_mask_v6));
+        // SAFETY: two u64s are 16 plain bytes.
+        Some(unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>([hi, lo]) })
+    } else {
+        let base = u32::from_ne_bytes(cfg.source_v4);
+        if base == 0 {
+            return None;
+        }
+        let v4 = (base | (mix & u32::from_ne_bytes(cfg.host_mask_v4))).to_ne_bytes();
+        Some(lb_common::maps::v4_mapped(v4))
+    }
+}
+
+/// The inner packet's TOS / traffic class, copied to the outer header (ECN included,
+/// RFC 6040's normal mode).
+#[inline(always)]
+fn inner_tos(ctx: &XdpContext, pkt: &Packet) -> u8 {
+    let Some(b) = ptr_at::<[u8; 2]>(ctx, pkt.l3) else {
+        return 0;
+    };
+    // SAFETY: ptr_at checked the two bytes.
+    let b = unsafe { *b };
+    if pkt.ipv6 {
+        (b[0] << 4) | (b[1] >> 4)
+    } else {
+        b[1]
+    }
+}
+
+/// Writes the outer IPv4 header at `at` with its checksum computed whole.
+#[inline(always)]
+fn write_ipv4(
+    ctx: &XdpContext,
+    at: usize,
+    src: &[u8; 16],
+    dst: &[u8; 16],
+    proto: u8,
+    payload: u16,
+    tos: u8,
+) -> bool {
+    let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, at) else {
+        return false;
+    };
+    let tot_len = payload + IPV4_LEN as u16;
+    let (s, d) = (crate::csum::v4_of(src), crate::csum::v4_of(dst));
+    let words = [
+        u32::from(u16::from_be_bytes([0x45, tos])),
+        u32::from(tot_len),
+        0x4000,
+        u32::from(u16::from_be_bytes([TTL, proto])),
+        u32::from(u16::from_be_bytes([s[0], s[1]])),
+        u32::from(u16::from_be_bytes([s[2], s[3]])),
+        u32::from(u16::from_be_bytes([d[0], d[1]])),
+        u32::from(u16::from_be_bytes([d[2], d[3]])),
+    ];
+    let check = !crate::csum::fold(words.iter().sum());
+    // SAFETY: ptr_at checked the header's bounds.
+    unsafe {
+        (*ip).version_ihl = 0x45;
+        (*ip).tos = tos;
+        (*ip).tot_len = tot_len.to_be_bytes();
+        (*ip).id = [0, 0];
+        // Don't fragment: the packet was checked against the route's MTU.
+        (*ip).frag = [0x40, 0];
+        (*ip).ttl = TTL;
+        (*ip).proto = proto;
+        (*ip).check = check.to_be_bytes();
+        (*ip).src = s;
+        (*ip).dst = d;
+    }
+    true
+}
+
+/// Writes the outer IPv6 header at `at`, the flow's `mix` as its flow label.
+#[inline(always)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one header's fields, each needed"
+)]
+fn write_ipv6(
+    ctx: &XdpContext,
+    at: usize,
+    src: &[u8; 16],
+    dst: &[u8; 16],
+    proto: u8,
+    payload: u16,
+    tc: u8,
+    mix: u32,
+) -> bool {
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, at) else {
+        return false;
+    };
+    let vtc_flow = (6u32 << 28) | (u32::from(tc) << 20) | (mix & 0x000f_ffff);
+    // SAFETY: ptr_at checked the header's bounds.
+    unsafe {
+        (*ip).vtc_flow = vtc_flow.to_be_bytes();
+        (*ip).payload_len = payload.to_be_bytes();
+        (*ip).next_hdr = proto;
+        (*ip).hop_limit = TTL;
+        (*ip).src = *src;
+        (*ip).dst = *dst;
+    }
+    true
+}
+
+/// Writes the UDP header of `gue` at `at`: the flow's hash as source port (kept in
+/// the dynamic range), zero checksum.
+#[inline(always)]
+fn write_udp(ctx: &XdpContext, at: usize, cfg: &TunnelConfig, inner_len: u16, mix: u32) -> bool {
+    let Some(udp) = ptr_at::<UdpHdr>(ctx, at) else {
+        return false;
+    };
+    let sport = 0xc000 | (mix as u16 & 0x3fff);
+    // SAFETY: ptr_at checked the header's bounds.
+    unsafe {
+        (*udp).src = sport.to_be_bytes();
+        (*udp).dst = cfg.gue_port_be.to_ne_bytes();
+        (*udp).len = (inner_len + UDP_LEN as u16).to_be_bytes();
+        (*udp).check = [0, 0];
+    }
+    true
+}
+
+/// Lowers a SYN's MSS option (first option slot) to what `room` bytes of IP leave,
+/// updating the TCP checksum. (Not inlined, as [`too_big`].)
+#[inline(never)]
+fn clamp_mss(ctx: &XdpContext, pkt: &Packet, room: u32) {
+    let headers = if pkt.ipv6 { IPV6_LEN } else { IPV4_LEN } as u32 + 20;
+    let Some(most) = room.checked_sub(headers) else {
+        return;
+    };
+    let Some(head) = ptr_at::<[u8; TCP_WITH_MSS]>(ctx, pkt.l4) else {
+        return;
+    };
+    // SAFETY: ptr_at checked all 24 bytes.
+    unsafe {
+        let h = &mut *head;
+        if h[12] >> 4 < 6 || h[20] != 2 || h[21] != 4 {
+            return;
+        }
+        let mss = u16::from_be_bytes([h[22], h[23]]);
+        if u32::from(mss) <= most {
+            return;
+        }
+        let new = most as u16;
+        let check = icmp::csum_replace(u16::from_be_bytes([h[16], h[17]]), mss, new);
+        [h[22], h[23]] = new.to_be_bytes();
+        [h[16], h[17]] = check.to_be_bytes();
+    }
+    crate::stats::count(Counter::MssClamped);
+}
+
+/// Answers a packet too big to encapsulate (module doc): the frame becomes the ICMP
+/// error in place, quoting the packet's IP header and 8 bytes after it, and goes back
+/// out where it came in. Not inlined: a function of its own has its own stack frame,
+/// which `lb_tunnel`'s (with the log build's record) has no room for.
+#[inline(never)]
+fn too_big(ctx: &XdpContext, pkt: &Packet, room: u32) -> Verdict {
+    if !pkt.ipv6 {
+        let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
+            return Verdict::drop(Counter::DropMalformed);
+        };
+        // SAFETY: ptr_at checked the header.
+        if unsafe { (*ip).frag[0] } & 0x40 == 0 {
+            return Verdict::drop(Counter::DropTooBig);
+        }
+    }
+    let (ip_len, quote) = if pkt.ipv6 {
+        (IPV6_LEN, IPV6_LEN + 8)
+    } else {
+        (IPV4_LEN, IPV4_LEN + 8)
+    };
+    let grow = ip_len + ICMP_LEN;
+    let l3 = pkt.l3;
+    // SAFETY: plain helper calls on this program's context.
+    unsafe {
+        if bpf_xdp_adjust_head(ctx.ctx, -(grow as i32)) != 0 {
+            return Verdict::drop(Counter::DropTooBig);
+        }
+        let len = ctx.data_end() - ctx.data();
+        let want = l3 + grow + quote;
+        if len < want || bpf_xdp_adjust_tail(ctx.ctx, want as i32 - len as i32) != 0 {
+            return Verdict::drop(Counter::DropMalformed);
+        }
+    }
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return Verdict::drop(Counter::DropMalformed);
+    };
+    let Some(old) = ptr_at::<[u8; 16]>(ctx, grow) else {
+        return Verdict::drop(Counter::DropMalformed);
+    };
+    // SAFETY: ptr_at checked both; the old link header (at `grow` >= 28) lies after the
+    // new one (at most 18 bytes).
+    unsafe {
+        let o = *old;
+        (*eth).dst = [o[6], o[7], o[8], o[9], o[10], o[11]];
+        (*eth).src = [o[0], o[1], o[2], o[3], o[4], o[5]];
+        (*eth).ether_type = [o[12], o[13]];
+        if l3 != 14 {
+            let Some(tci) = ptr_at::<[u8; 2]>(ctx, 14) else {
+                return Verdict::drop(Counter::DropMalformed);
+            };
+            *tci = [o[14], o[15]];
+            let Some(inner_type) = ptr_at::<[u8; 2]>(ctx, 16) else {
+                return Verdict::drop(Counter::DropMalformed);
+            };
+            let Some(old_inner_type) = ptr_at::<[u8; 2]>(ctx, grow + 16) else {
+                return Verdict::drop(Counter::DropMalformed);
+            };
+            *inner_type = *old_inner_type;
+        }
+    }
+    let ok = if pkt.ipv6 {
+        icmp::write_too_big_v6(ctx, l3, &pkt.key, room)
+    } else {
+        icmp::write_frag_needed_v4(ctx, l3, &pkt.key, room)
+    };
+    if !ok {
+        return Verdict::drop(Counter::DropMalformed);
+    }
+    Verdict::forward(xdp_action::XDP_TX, Counter::TxIcmpTooBig)
+}
