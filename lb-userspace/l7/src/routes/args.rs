@@ -145,6 +145,24 @@ impl<'a> Args<'a> {
         Ok(d)
     }
 
+    /// `fadeIn`'s duration as skipper reads it: a Go duration string, or a number of
+    /// milliseconds; `None` for 0 or less, which skipper takes and which fades
+    /// nothing. Beyond Go's range is an error.
+    pub fn fade_duration(&self, i: usize) -> Result<Option<std::time::Duration>, RouteError> {
+        let positive = match &self.call.args[i] {
+            Arg::Str(text) => {
+                lb_model::units::duration::parse_nanos(text).map_err(|e| self.fail(e))? > 0
+            }
+            Arg::Num(ms) => *ms > 0.0,
+            Arg::Regex(_) => true,
+        };
+        if positive {
+            self.duration(i).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
     /// A point in time: Unix seconds (a number), or an RFC 3339 string.
     pub fn time(&self, i: usize) -> Result<std::time::SystemTime, RouteError> {
         match &self.call.args[i] {

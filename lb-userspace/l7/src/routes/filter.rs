@@ -216,11 +216,12 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             }
             Filter::ModPath(re, with) => mod_path(re, with, ex),
             Filter::RedirectTo(status, loc) => {
+                let host = redirect_host(ex, req.host);
                 ex.served = Some(Served::Redirect {
                     status: *status,
                     location: loc.render(FromRequest {
                         scheme: req.scheme,
-                        host: req.host,
+                        host: &host,
                         path: &ex.path,
                         query: &ex.query,
                     }),
@@ -278,6 +279,27 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             }
             Filter::BackendTimeout(d) => ex.backend_timeout = Some(*d),
         }
+    }
+}
+
+/// The host a `redirectTo` without one takes: skipper reads the request's Host
+/// header first, which Go's server keeps out of the header map, so only a value a
+/// filter put there counts (`setRequestHeader`, `appendRequestHeader`,
+/// `modRequestHeader` on Host; the first of them, as `Header.Get` reads), else the
+/// request's own host. Unlike the Host sent upstream, `preserveHost` plays no part.
+fn redirect_host<'a>(ex: &Exchange, incoming: &'a str) -> std::borrow::Cow<'a, str> {
+    let mut first: Option<&HeaderValue> = None;
+    for edit in &ex.edits {
+        match edit {
+            HeaderEdit::Set(name, v) if name == HOST => first = Some(v),
+            HeaderEdit::Append(name, v) if name == HOST => first = first.or(Some(v)),
+            HeaderEdit::Drop(name) if name == HOST => first = None,
+            _ => {}
+        }
+    }
+    match first.and_then(|v| v.to_str().ok()) {
+        Some(h) if !h.is_empty() => std::borrow::Cow::Owned(h.to_owned()),
+        _ => std::borrow::Cow::Borrowed(incoming),
     }
 }
 

@@ -715,12 +715,15 @@ fn compile_filter(
         }
         "fadeIn" => {
             a.count(1, 2, "a duration and an optional exponent")?;
-            let window = a.duration(0)?;
+            let window = a.fade_duration(0)?;
             let exponent = if a.len() == 2 { a.num(1)? } else { 1.0 };
-            if !(exponent.is_finite() && exponent > 0.0) {
-                return Err(a.fail(format!("exponent {exponent} must be > 0")));
+            if !exponent.is_finite() {
+                return Err(a.fail(format!("exponent {exponent} is out of range")));
             }
-            s.fade = Some(FadeIn {
+            // As in skipper, a duration of 0 or less, or an exponent of 0 or less
+            // (every endpoint's score is then 1 or more), fades nothing; the last
+            // fadeIn of the route holds, so such a one also ends an earlier one.
+            s.fade = window.filter(|_| exponent > 0.0).map(|window| FadeIn {
                 window,
                 exponent,
                 min_weight: 0.01,

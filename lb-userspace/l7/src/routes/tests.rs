@@ -581,3 +581,37 @@ fn the_route_without_an_id_is_named_as_skipper_names_it() {
         "* -> inlineContent(\"hi\") -> <shunt>"
     );
 }
+
+/// skipper's `fadeIn` checks only the types of its arguments (filters/fadein/fadein.go,
+/// CreateFilter): a zero or negative duration, and any exponent, make a valid route.
+/// A duration of 0 or less means no fade-in (fadein.go, the post-processor skips
+/// such routes; proxy/fadein.go filterFadeIn returns every endpoint), and an
+/// exponent of 0 or less scores every endpoint 1 or more, so none fades either;
+/// its test "negative duration" wants the route kept with its endpoint. The last
+/// `fadeIn` of a route is the one in force, so such a one also ends an earlier one.
+#[test]
+fn fade_in_that_cannot_fade_is_a_route_without_fade_in() {
+    let fade = |args: &str| format!("r: * -> {args} -> <roundRobin, \"http://198.18.0.2:80\">;");
+    for args in [
+        "fadeIn(\"-1m\")",
+        "fadeIn(\"0s\")",
+        "fadeIn(\"0\")",
+        "fadeIn(0)",
+        "fadeIn(-3000)",
+        "fadeIn(\"1m\", 0)",
+        "fadeIn(\"1m\", -2)",
+        "fadeIn(\"1m\") -> fadeIn(\"-1m\")",
+    ] {
+        let t = table(&fade(args));
+        let Backend::Pool(pool) = &t.routes()[0].backend else {
+            panic!("a pool")
+        };
+        assert!(pool.fade.is_none(), "{args}: {:?}", pool.fade);
+    }
+    let t = table(&fade("fadeIn(\"-1m\") -> fadeIn(\"2m\", 0.5)"));
+    let Backend::Pool(pool) = &t.routes()[0].backend else {
+        panic!("a pool")
+    };
+    let f = pool.fade.expect("the last fadeIn holds");
+    assert_eq!((f.window.as_secs(), f.exponent), (120, 0.5));
+}
