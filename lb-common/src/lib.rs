@@ -16,6 +16,7 @@
 pub mod counters;
 pub mod hash;
 pub mod maps;
+pub mod tunnel;
 
 pub use counters::{
     BackendStats, Counter, CounterKind, Reason, Sent, TrafficStats, VipStats, XdpAction,

@@ -25,6 +25,7 @@ use aya_ebpf::{
 use lb_common::{
     Backend, Counter, FlowKey, ForwardingMode, Sent, TunnelConfig, VipInfo,
     maps::{BACKEND_F_IPV6, proto},
+    tunnel::{flow_label, flow_mix, gue_source_port, outer_source},
 };
 
 use crate::{
@@ -166,7 +167,7 @@ fn to_backend(
     let outer6 = backend.flags & BACKEND_F_IPV6 != 0;
     let ip_len = if outer6 { IPV6_LEN } else { IPV4_LEN };
     let overhead = ip_len + if gue { UDP_LEN } else { 0 };
-    let mix = mix(&pkt.key);
+    let mix = flow_mix(&pkt.key);
     let Some(src) = outer_source(cfg, outer6, mix) else {
         return Verdict::drop(Counter::DropNoRoute);
     };
@@ -232,7 +233,7 @@ fn encapsulate(
         (false, false) => IPPROTO_IPIP,
         (false, true) => IPPROTO_IPV6,
     };
-    let mix = mix(&pkt.key);
+    let mix = flow_mix(&pkt.key);
     let inner_tos = inner_tos(ctx, pkt);
     let grow = overhead as i32;
     // SAFETY: plain helper call on this program's context.
@@ -281,50 +282,6 @@ fn encapsulate(
         return core::ptr::null_mut();
     }
     eth
-}
-
-/// A cheap per-flow value of the client's address and port (the same for every
-/// packet of a flow, different across flows): outer source bits, flow label, GUE
-/// source port.
-#[inline(always)]
-fn mix(key: &FlowKey) -> u32 {
-    let s = &key.src;
-    let a = u32::from_ne_bytes([s[12], s[13], s[14], s[15]]);
-    let b = u32::from_ne_bytes([s[8], s[9], s[10], s[11]]);
-    let p = u32::from(key.src_port_be);
-    // murmur3's finaliser: every input bit reaches every output bit.
-    let mut x = a ^ b.rotate_left(7) ^ p.wrapping_mul(0x9e37_79b1);
-    x ^= x >> 16;
-    x = x.wrapping_mul(0x85eb_ca6b);
-    x ^= x >> 13;
-    x = x.wrapping_mul(0xc2b2_ae35);
-    x ^ (x >> 16)
-}
-
-/// The outer source for a flow (module doc of [`TunnelConfig`]); `None` when the
-/// family has no source configured.
-#[inline(always)]
-fn outer_source(cfg: &TunnelConfig, outer6: bool, mix: u32) -> Option<[u8; 16]> {
-    // In words: byte-wise work on arrays costs a stack slot per byte on BPF.
-    if outer6 {
-        let s = &cfg.source_v6;
-        let hi = u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]);
-        let lo = u64::from_ne_bytes([s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]]);
-        if hi | lo == 0 {
-            return None;
-        }
-        let m = u64::from(mix) | (u64::from(mix) << 32);
-        let lo = lo | (m & u64::from_ne_bytes(cfg.host_mask_v6));
-        // SAFETY: two u64s are 16 plain bytes.
-        Some(unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>([hi, lo]) })
-    } else {
-        let base = u32::from_ne_bytes(cfg.source_v4);
-        if base == 0 {
-            return None;
-        }
-        let v4 = (base | (mix & u32::from_ne_bytes(cfg.host_mask_v4))).to_ne_bytes();
-        Some(lb_common::maps::v4_mapped(v4))
-    }
 }
 
 /// The inner packet's TOS / traffic class, copied to the outer header (ECN included,
@@ -406,7 +363,7 @@ fn write_ipv6(
     let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, at) else {
         return false;
     };
-    let vtc_flow = (6u32 << 28) | (u32::from(tc) << 20) | (mix & 0x000f_ffff);
+    let vtc_flow = (6u32 << 28) | (u32::from(tc) << 20) | flow_label(mix);
     // SAFETY: ptr_at checked the header's bounds.
     unsafe {
         (*ip).vtc_flow = vtc_flow.to_be_bytes();
@@ -426,7 +383,7 @@ fn write_udp(ctx: &XdpContext, at: usize, cfg: &TunnelConfig, inner_len: u16, mi
     let Some(udp) = ptr_at::<UdpHdr>(ctx, at) else {
         return false;
     };
-    let sport = 0xc000 | (mix as u16 & 0x3fff);
+    let sport = gue_source_port(mix);
     // SAFETY: ptr_at checked the header's bounds.
     unsafe {
         (*udp).src = sport.to_be_bytes();

@@ -56,6 +56,19 @@ impl Host for KernelHost {
         }
     }
 
+    fn source_towards(&mut self, addr: IpAddr) -> Option<IpAddr> {
+        // A connected UDP socket sends nothing; its local address is the source the
+        // kernel's route towards `addr` picks.
+        let unspecified: IpAddr = if addr.is_ipv6() {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        };
+        let socket = std::net::UdpSocket::bind((unspecified, 0)).ok()?;
+        socket.connect((addr, 9)).ok()?;
+        socket.local_addr().ok().map(|a| a.ip())
+    }
+
     fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
         if self.forwarding.len() < 2 {
             let f = enable_forwarding("ipv6", &self.interface)?;

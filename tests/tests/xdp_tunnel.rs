@@ -643,3 +643,54 @@ fn tunnelled_flows_keep_their_backend_across_a_table_change() {
         }
     });
 }
+
+#[test]
+fn explain_names_the_outer_header_the_kernel_writes() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        use lb_model::explain::{Flow, Protocol, explain};
+        let v4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
+        let v6: Vec<IpAddr> = (0..3).map(|i| backend6(i).0).collect();
+        let ipip = spec(IpAddr::V4(VIP), 80, TCP, ForwardingMode::Ipip, &v4);
+        let gue6 = spec(IpAddr::V6(VIP6), 53, UDP, ForwardingMode::Gue, &v6);
+        let mut rig = rig(vec![ipip.clone(), gue6.clone()]);
+        for sport in 33000..33020u16 {
+            let p = Packet::tcp4(eth4(), CLIENT, sport, VIP, 80, b"e").bytes;
+            let out = encapsulated(&mut rig, &ipip, &p, 14, false);
+            let flow = Flow {
+                protocol: Protocol::Tcp,
+                src: (CLIENT, sport).into(),
+                dst: (VIP, 80).into(),
+            };
+            let e = explain(rig.dataplane.maps(), flow).expect("explain");
+            let x = e.encapsulation.expect("an ipip flow is encapsulated");
+            let src: [u8; 4] = out[26..30].try_into().expect("4");
+            let dst: [u8; 4] = out[30..34].try_into().expect("4");
+            assert_eq!(x.outer_src, Some(IpAddr::V4(src.into())), "outer source");
+            assert_eq!(x.outer_dst, IpAddr::V4(dst.into()), "outer destination");
+            assert_eq!(
+                (x.kind.as_str(), x.ip_protocol, x.udp_ports),
+                ("ipip", 4, None)
+            );
+
+            let p = Packet::udp6(eth6(), CLIENT6, sport, VIP6, 53, b"e").bytes;
+            let out = encapsulated(&mut rig, &gue6, &p, 14, true);
+            let flow = Flow {
+                protocol: Protocol::Udp,
+                src: (CLIENT6, sport).into(),
+                dst: (VIP6, 53).into(),
+            };
+            let x = explain(rig.dataplane.maps(), flow)
+                .expect("explain")
+                .encapsulation
+                .expect("a gue flow is encapsulated");
+            let src: [u8; 16] = out[22..38].try_into().expect("16");
+            let label = u32::from_be_bytes(out[14..18].try_into().expect("4")) & 0xfffff;
+            let sport_out = u16::from_be_bytes([out[54], out[55]]);
+            assert_eq!(x.outer_src, Some(IpAddr::V6(src.into())));
+            assert_eq!(x.flow_label, Some(label));
+            assert_eq!(x.udp_ports, Some((sport_out, GUE_PORT)));
+            assert_eq!(x.ip_protocol, UDP);
+        }
+    });
+}

@@ -132,5 +132,23 @@ fn describe(e: &Explanation, name: Option<&str>) -> String {
         }
     };
     text.push_str(&format!("decision {decision}\n"));
+    if let Some(x) = &e.encapsulation {
+        let src = x.outer_src.map_or_else(
+            || "(none: no tunnel source of this family, dropped)".to_owned(),
+            |a| a.to_string(),
+        );
+        let mut line = format!(
+            "encap    {}: outer {src} -> {} (IP protocol {})",
+            x.kind, x.outer_dst, x.ip_protocol
+        );
+        if let Some((sport, dport)) = x.udp_ports {
+            line.push_str(&format!(", UDP {sport} -> {dport}"));
+        }
+        if let Some(label) = x.flow_label {
+            line.push_str(&format!(", flow label {label:#07x}"));
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
     text
 }

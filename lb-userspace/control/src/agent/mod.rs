@@ -55,6 +55,10 @@ pub trait Host {
     /// # Errors
     /// [`AgentError::Sysctl`].
     fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError>;
+
+    /// The source address the node's routes prefer towards `addr` (the outer source of
+    /// tunnel packets when `[node.tunnel]` names none), if there is a route.
+    fn source_towards(&mut self, addr: IpAddr) -> Option<IpAddr>;
 }
 
 /// A node that changes nothing: for agents over an in-memory data plane (tests,
@@ -69,6 +73,10 @@ impl Host for NoHost {
 
     fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
         Ok(())
+    }
+
+    fn source_towards(&mut self, _: IpAddr) -> Option<IpAddr> {
+        None
     }
 }
 
@@ -175,6 +183,8 @@ pub struct Agent<D, H> {
     retry: bool,
     /// Services the last plan refused (each problem is logged once).
     refused: Vec<Refusal>,
+    /// The tunnel settings last written to the data plane.
+    tunnel: Option<lb_common::TunnelConfig>,
     /// Parts of the last snapshot still valid (see [`Agent::snapshot`]).
     cache: snapshot::Cache,
 }
@@ -233,6 +243,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             last_reconcile: None,
             retry: false,
             refused: Vec::new(),
+            tunnel: None,
             cache: snapshot::Cache::default(),
         };
         let weighted = agent.weighted_now(std::time::SystemTime::now());

@@ -9,8 +9,9 @@ use std::{
 };
 
 use lb_admin::{Histogram, ReconcileRecord};
+use lb_common::ForwardingMode;
 use lb_model::{
-    dataplane::{ApplyReport, MapOps},
+    dataplane::{ApplyReport, MapOps, ServiceSpec},
     fade_state::FadeStarts,
 };
 
@@ -147,6 +148,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         {
             self.host.enable_ipv6_forwarding()?;
         }
+        self.write_tunnel(&specs)?;
         let plan = self.programmer.plan(&specs);
         let result = self
             .programmer
@@ -161,6 +163,40 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         self.applied = Arc::new(specs);
         self.fading = fading;
         Ok(report)
+    }
+
+    /// Writes the tunnel settings the specs need, when they changed: `[node.tunnel]`,
+    /// a family without a block taking the source the node's route towards one of its
+    /// tunnel backends prefers.
+    fn write_tunnel(&mut self, specs: &[ServiceSpec]) -> Result<(), AgentError> {
+        let tunnelled = |v6: bool| {
+            specs
+                .iter()
+                .filter(|s| matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue))
+                .flat_map(|s| s.backends.iter())
+                .find(|b| b.is_ipv6() == v6)
+                .copied()
+        };
+        let settings = self.desired.config.tunnel;
+        let mut fallback = |v6: bool, configured: bool| {
+            if configured {
+                return None;
+            }
+            let backend = tunnelled(v6)?;
+            let src = self.host.source_towards(backend);
+            if src.is_none() {
+                tracing::warn!(%backend, "no route towards a tunnel backend: its packets are dropped (drop_no_route)");
+            }
+            src
+        };
+        let v4 = fallback(false, settings.source_v4.is_some());
+        let v6 = fallback(true, settings.source_v6.is_some());
+        let want = settings.data_plane(v4, v6);
+        if self.tunnel != Some(want) {
+            self.dataplane.set_tunnel(want)?;
+            self.tunnel = Some(want);
+        }
+        Ok(())
     }
 
     /// Stage 2 now: the specs from the current config, slices, health and ramp starts.

@@ -173,6 +173,8 @@ pub fn service_specs_with(config: &ValidConfig, discovered: &Discovered) -> Vec<
                     ForwardingModeConfig::Dsr => ForwardingMode::Dsr,
                     ForwardingModeConfig::Nat => ForwardingMode::Nat,
                     ForwardingModeConfig::L7 => ForwardingMode::L7,
+                    ForwardingModeConfig::Ipip => ForwardingMode::Ipip,
+                    ForwardingModeConfig::Gue => ForwardingMode::Gue,
                 },
                 backends,
                 table_size: svc.table_size,
@@ -261,11 +263,12 @@ pub fn global_config(config: &ValidConfig, possible_cpus: u32) -> GlobalConfig {
     }
 }
 
-/// Backends the node forwards to (dsr and nat): their neighbours must stay resolved.
+/// Backends the node sends to on its own link (dsr and nat): their neighbours must stay
+/// resolved. (Tunnel backends are routed: their next hop is a router.)
 pub fn dsr_backends(specs: &[ServiceSpec]) -> Vec<IpAddr> {
     let mut addrs: Vec<IpAddr> = specs
         .iter()
-        .filter(|s| s.mode != ForwardingMode::L7)
+        .filter(|s| matches!(s.mode, ForwardingMode::Dsr | ForwardingMode::Nat))
         .flat_map(|s| s.backends.iter().copied())
         .collect();
     addrs.sort_unstable();

@@ -9,6 +9,7 @@ mod l7;
 mod locate;
 mod model;
 mod trust;
+mod tunnel;
 
 use std::{collections::HashSet, path::Path};
 
@@ -22,6 +23,7 @@ pub use model::{
     ServiceConfig, XdpMode,
 };
 pub use trust::TrustedProxies;
+pub use tunnel::{Tunnel, TunnelSettings};
 
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +34,8 @@ pub struct ValidConfig {
     pub services: Vec<ServiceConfig>,
     /// Flow-table sizes and `nat` timeouts, validated from `node`.
     pub flow_tables: FlowTables,
+    /// The tunnel modes' outer headers, validated from `node.tunnel`.
+    pub tunnel: Tunnel,
 }
 
 /// Checks the text of an `l7` service's routes: `Err(why)`, with line and column.
@@ -207,6 +211,10 @@ fn validate(
         &node.nat_timeouts,
     )
     .map_err(|(field, problem)| node_invalid(&field, problem))?;
+    let tunnel = node
+        .tunnel
+        .check()
+        .map_err(|(field, problem)| node_invalid(&format!("tunnel.{field}"), problem))?;
     if services.len() > lb_common::maps::MAX_SERVICES as usize {
         return Err(ConfigError::Invalid {
             file: file.to_owned(),
@@ -230,6 +238,7 @@ fn validate(
         node: raw.node,
         services,
         flow_tables,
+        tunnel,
     })
 }
 
@@ -268,11 +277,16 @@ pub fn check_service(
     }
     let mut seen_backends = HashSet::new();
     for (j, b) in svc.backends.iter().enumerate() {
-        if svc.mode != ForwardingModeConfig::L7 && b.address.is_ipv6() != svc.vip.is_ipv6() {
+        if matches!(
+            svc.mode,
+            ForwardingModeConfig::Dsr | ForwardingModeConfig::Nat
+        ) && b.address.is_ipv6() != svc.vip.is_ipv6()
+        {
             return Err(fail(
                 format!("backends[{j}].address"),
                 format!(
-                    "{} is not of the VIP's address family (dsr and nat keep the family)",
+                    "{} is not of the VIP's address family (dsr and nat keep the family; \
+                     ipip and gue may cross it)",
                     b.address
                 ),
             ));

@@ -98,6 +98,11 @@ pub struct NodeConfig {
     /// (`text` or `json`), `file` (default stderr), `strip_query`.
     #[serde(default)]
     pub access_log: super::AccessLogConfig,
+    /// Outer headers of `ipip` and `gue` services (`[node.tunnel]`): `source_v4`,
+    /// `source_v6` (address blocks whose host bits vary per flow; default the route's
+    /// own source), `gue_port` (default 6080).
+    #[serde(default)]
+    pub tunnel: super::TunnelSettings,
 }
 
 /// `[node.etcd]`: where the fleet's services and endpoints live.
@@ -461,6 +466,13 @@ pub enum ForwardingModeConfig {
     Nat,
     /// Passed to the node's stack for the agent's HTTP proxy.
     L7,
+    /// Encapsulated DSR in IP (IPv4 or IPv6, the backend's family; `[node.tunnel]`):
+    /// backends anywhere routable, which strip it with `lbd decap` and reply to the
+    /// client directly, seeing its address.
+    Ipip,
+    /// Encapsulated DSR in UDP (GUE, to `node.tunnel.gue_port`), the flow's hash in
+    /// the source port: for networks that spread or filter by UDP ports.
+    Gue,
 }
 
 /// One backend of a service.

@@ -546,3 +546,35 @@ fn config_durations_take_go_syntax() {
         "{e}"
     );
 }
+
+#[test]
+fn tunnel_modes_may_cross_families_and_take_node_tunnel() {
+    let mixed = GOOD.replace(
+        "backends = [{ address = \"198.18.0.11\" }, { address = \"198.18.0.12\" }]",
+        "backends = [{ address = \"198.19.0.11\" }, { address = \"2001:db8:1::11\" }]",
+    );
+    let e = err(&mixed);
+    assert!(
+        e.contains("is not of the VIP's address family"),
+        "dsr keeps it: {e}"
+    );
+    for mode in ["ipip", "gue"] {
+        let text = mixed.replace("port = 80\n", &format!("port = 80\nmode = \"{mode}\"\n"));
+        let cfg = parse(&text, "lbd.toml", routes).expect("a tunnel crosses families");
+        assert_eq!(cfg.tunnel.gue_port, 6080, "default GUE port");
+        assert_eq!(cfg.tunnel.source_v4, None, "the route's source by default");
+    }
+    let ipip = mixed.replace("port = 80\n", "port = 80\nmode = \"ipip\"\n");
+    let with = ipip.replace(
+        "xdp_mode = \"generic\"",
+        "xdp_mode = \"generic\"\n[node.tunnel]\nsource_v4 = \"198.18.200.0/24\"\ngue_port = 7000",
+    );
+    let cfg = parse(&with, "lbd.toml", routes).expect("valid");
+    assert_eq!(
+        cfg.tunnel.source_v4,
+        Some(("198.18.200.0".parse().expect("ip"), 24))
+    );
+    assert_eq!(cfg.tunnel.gue_port, 7000);
+    let bad = with.replace("198.18.200.0/24", "2001:db8::/64");
+    assert!(err(&bad).contains("node.tunnel.source_v4"), "{}", err(&bad));
+}

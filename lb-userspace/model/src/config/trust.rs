@@ -46,6 +46,29 @@ impl std::str::FromStr for Cidr {
 }
 
 impl Cidr {
+    /// The address as written and the prefix length.
+    pub fn parts(&self) -> (IpAddr, u8) {
+        (self.addr, self.prefix)
+    }
+
+    /// The block's first address (the host bits cleared).
+    pub fn network(&self) -> IpAddr {
+        match self.addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+        }
+    }
+
     /// Whether `ip` is in the block (IPv4-mapped IPv6 addresses count as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let bits = |ip: IpAddr| -> (u128, u8) {

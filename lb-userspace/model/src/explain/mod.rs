@@ -196,6 +196,27 @@ pub struct Explanation {
     /// The decision.
     #[serde(flatten)]
     pub decision: Decision,
+    /// For `ipip` and `gue` services, the outer header the packet leaves in.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub encapsulation: Option<Encapsulation>,
+}
+
+/// The outer header of a tunnelled flow's packets, as `lb_tunnel` writes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Encapsulation {
+    /// `ipip` or `gue`.
+    pub kind: String,
+    /// Outer source (from `[node.tunnel]`); none when the family has no source (the
+    /// packets are then dropped, `drop_no_route`).
+    pub outer_src: Option<IpAddr>,
+    /// Outer destination: the backend.
+    pub outer_dst: IpAddr,
+    /// The outer header's IP protocol: 4 (IPv4 inside), 41 (IPv6 inside), 17 (GUE).
+    pub ip_protocol: u8,
+    /// The IPv6 outer header's flow label.
+    pub flow_label: Option<u32>,
+    /// `gue`: UDP source and destination ports.
+    pub udp_ports: Option<(u16, u16)>,
 }
 
 impl Explanation {
@@ -345,6 +366,7 @@ pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, Dataplane
             flow,
             service: None,
             decision: Decision::NotAVip,
+            encapsulation: None,
         });
     };
     let mode = ForwardingMode::from_u32(info.mode);
@@ -358,11 +380,44 @@ pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, Dataplane
     } else {
         pinned_or_table(maps, &info, &key, mode == Some(ForwardingMode::Nat))?
     };
-    Ok(Explanation {
+    let mut out = Explanation {
         flow,
         service,
         decision,
-    })
+        encapsulation: None,
+    };
+    if let Some(m @ (ForwardingMode::Ipip | ForwardingMode::Gue)) = mode
+        && let Some(backend) = out.backend()
+    {
+        out.encapsulation = Some(encapsulation(&maps.tunnel_config()?, m, &key, backend));
+    }
+    Ok(out)
+}
+
+/// The outer header `lb_tunnel` writes for `key` towards `backend`.
+fn encapsulation(
+    cfg: &lb_common::TunnelConfig,
+    mode: ForwardingMode,
+    key: &FlowKey,
+    backend: IpAddr,
+) -> Encapsulation {
+    use lb_common::tunnel::{flow_label, flow_mix, gue_source_port, outer_source};
+    let mix = flow_mix(key);
+    let outer6 = backend.is_ipv6();
+    let gue = mode == ForwardingMode::Gue;
+    let inner6 = !lb_common::maps::is_v4_mapped(&key.dst);
+    Encapsulation {
+        kind: if gue { "gue" } else { "ipip" }.to_owned(),
+        outer_src: outer_source(cfg, outer6, mix).map(from_addr16),
+        outer_dst: backend,
+        ip_protocol: match (gue, inner6) {
+            (true, _) => proto::UDP,
+            (false, false) => 4,
+            (false, true) => 41,
+        },
+        flow_label: outer6.then(|| flow_label(mix)),
+        udp_ports: gue.then(|| (gue_source_port(mix), u16::from_be(cfg.gue_port_be))),
+    }
 }
 
 fn port_of(b: &lb_common::Backend) -> Option<u16> {
