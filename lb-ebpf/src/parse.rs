@@ -6,7 +6,9 @@
 //!
 //! Policy (each counted): IPv4 with options, IPv4 fragments and IPv6 packets whose
 //! first next-header is not TCP/UDP go to the stack untouched; frames that are
-//! truncated or whose lengths contradict each other are dropped.
+//! truncated or whose lengths contradict each other, and packets from a multicast or
+//! broadcast source (no host sends from one: an answer would go to a group), are
+//! dropped.
 
 use core::mem::size_of;
 
@@ -217,6 +219,10 @@ fn ipv4<const ICMP: bool>(
     if u16::from_be_bytes(ip.frag) & IPV4_FRAG_MASK != 0 {
         return Err(Verdict::pass(Counter::PassFragment));
     }
+    // 224.0.0.0/4 multicast, 240.0.0.0/4 reserved and the broadcast address.
+    if ip.src[0] >= 224 {
+        return Err(malformed);
+    }
     let tot_len = u16::from_be_bytes(ip.tot_len);
     if ICMP && ip.proto == proto::ICMP {
         if tot_len < (IPV4_LEN + crate::icmp::ICMP_LEN) as u16 || l3 + tot_len as usize > frame_len
@@ -261,7 +267,7 @@ fn ipv6<const ICMP: bool>(
     let ip: *const Ipv6Hdr = ptr_at(ctx, l3).ok_or(malformed)?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
     let ip = unsafe { &*ip };
-    if ip.vtc_flow[0] >> 4 != 6 {
+    if ip.vtc_flow[0] >> 4 != 6 || ip.src[0] == 0xff {
         return Err(malformed);
     }
     let payload_len = u16::from_be_bytes(ip.payload_len);

@@ -15,6 +15,7 @@ pub mod lbd;
 pub mod netns;
 pub mod packet;
 pub mod rng;
+pub mod routed;
 pub mod shape;
 pub mod topology;
 pub mod traffic;

@@ -393,6 +393,21 @@ fn malformed_frames_are_dropped_and_counted() {
                 run_expect(&mut rig, &cut.bytes, action::DROP, Counter::DropMalformed);
             }
         }
+        // A multicast, reserved or broadcast source: no host sends from one, and a
+        // backend's answer would go to a group (found by the fuzz test: such a packet
+        // went out while its backend's next hop was cached, and was dropped when not).
+        for src in [
+            Ipv4Addr::new(224, 0, 0, 1),
+            Ipv4Addr::new(240, 1, 2, 3),
+            Ipv4Addr::BROADCAST,
+        ] {
+            let p = Packet::tcp4(eth(), src, 1, VIP, 80, b"");
+            let out = run_expect(&mut rig, &p.bytes, action::DROP, Counter::DropMalformed);
+            assert_eq!(out.bytes, p.bytes);
+        }
+        let group: Ipv6Addr = "ff02::1".parse().expect("address");
+        let p = Packet::tcp6(eth6(), group, 1, VIP6, 80, b"");
+        run_expect(&mut rig, &p.bytes, action::DROP, Counter::DropMalformed);
         let mut bad_version = v4.clone();
         bad_version.bytes[14] = 0x65;
         run_expect(

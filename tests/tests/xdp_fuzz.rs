@@ -8,7 +8,9 @@
 //! - every packet the classifier calls "for a VIP" is forwarded, and nothing else is;
 //! - a `nat` TCP packet that is not a SYN is forwarded only if an earlier SYN of the
 //!   same 5-tuple made its flow (the model tracks which did), else dropped: a flood of
-//!   stray segments never claims a NAT port.
+//!   stray segments never claims a NAT port;
+//! - an `ipip`/`gue` packet leaves as itself behind a well-formed outer header to a
+//!   backend (only a SYN's MSS may be lowered, with its checksum kept valid).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -28,6 +30,10 @@ const VIP_ALL_PORTS: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 2);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+/// The tunnel services' VIPs.
+const VIP_TUN: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 3);
+const VIP6_TUN: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 3);
+const GUE_PORT: u16 = 6080;
 
 /// (address, port or 0 for all, protocol) of every configured service.
 fn vips() -> Vec<(IpAddr, u16, u8)> {
@@ -37,6 +43,17 @@ fn vips() -> Vec<(IpAddr, u16, u8)> {
         (VIP_ALL_PORTS.into(), 0, TCP),
         (VIP6.into(), 443, TCP),
         (VIP6.into(), 53, UDP),
+    ]
+}
+
+/// Tunnel services: (address, port, protocol, GUE?, IPv6 backends?). IPv4 GUE goes to
+/// IPv6 backends and IPv6 ipip to IPv4 ones, so the family changes are fuzzed too.
+fn tunnel_vips() -> Vec<(IpAddr, u16, u8, bool, bool)> {
+    vec![
+        (VIP_TUN.into(), 80, TCP, false, false),
+        (VIP_TUN.into(), 53, UDP, true, true),
+        (VIP6_TUN.into(), 443, TCP, false, false),
+        (VIP6_TUN.into(), 53, UDP, true, true),
     ]
 }
 
@@ -117,13 +134,22 @@ fn plausible(rng: &mut StdRng) -> Vec<u8> {
     }
     let sport = rng.random::<u16>();
     let ports = [80u16, 53, 443, 8080, 22, rng.random::<u16>()];
-    let dport = ports[rng.random_range(0..ports.len())];
+    let mut dport = ports[rng.random_range(0..ports.len())];
     let payload = vec![0xabu8; rng.random_range(0..64usize)];
     let v6 = rng.random::<bool>();
     let tcp = rng.random::<bool>();
+    // One in eight to a tunnel service (on a port it may serve), the rest as before.
+    let tunnel = rng.random_ratio(1, 8);
+    if tunnel {
+        dport = ports[rng.random_range(0..3usize)];
+    }
     let p = if v6 {
         let dsts = [VIP6, CLIENT6];
-        let dst = dsts[rng.random_range(0..2usize)];
+        let dst = if tunnel {
+            VIP6_TUN
+        } else {
+            dsts[rng.random_range(0..2usize)]
+        };
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
         if tcp {
             Packet::tcp6(eth, CLIENT6, sport, dst, dport, &payload)
@@ -132,7 +158,11 @@ fn plausible(rng: &mut StdRng) -> Vec<u8> {
         }
     } else {
         let dsts = [VIP, VIP_ALL_PORTS, CLIENT];
-        let dst = dsts[rng.random_range(0..3usize)];
+        let dst = if tunnel {
+            VIP_TUN
+        } else {
+            dsts[rng.random_range(0..3usize)]
+        };
         let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
         if tcp {
             Packet::tcp4(eth, CLIENT, sport, dst, dport, &payload)
@@ -216,6 +246,8 @@ enum Fate {
     /// A TCP segment to a `nat` VIP that is not a SYN: forwarded and translated if its
     /// flow exists, dropped if not (the caller's model decides).
     NatIfKnown,
+    /// TCP/UDP to a tunnel VIP: encapsulated (`true`: in UDP).
+    Tunnel(bool),
     /// An echo request to a VIP address: answered in place.
     Echo,
     /// Everything else that is well formed: passed untouched.
@@ -229,12 +261,14 @@ fn is_vip(dst: IpAddr, port: u16, proto: u8) -> bool {
 }
 
 /// ICMP after a well-formed outer header: echo to a VIP address, or an error quoting a
-/// VIP flow (the quote is backend → client, so the VIP is its source).
+/// VIP flow (the quote is backend → client, so the VIP is its source), sent on as the
+/// flow's packets are (through the tunnel for a tunnel service).
 fn classify_icmp(b: &[u8], l4: usize, dst: IpAddr, v6: bool) -> Fate {
     let (kind, code) = (b[l4], b[l4 + 1]);
     let (echo, error) = if v6 { (128, 2) } else { (8, 3) };
     if kind == echo && code == 0 {
-        return if vips().iter().chain(&nat_vips()).any(|&(a, _, _)| a == dst) {
+        let tunnel = tunnel_vips().iter().any(|&(a, _, _, _, _)| a == dst);
+        return if tunnel || vips().iter().chain(&nat_vips()).any(|&(a, _, _)| a == dst) {
             Fate::Echo
         } else {
             Fate::Pass
@@ -261,10 +295,18 @@ fn classify_icmp(b: &[u8], l4: usize, dst: IpAddr, v6: bool) -> Fate {
             )
         })
     };
+    let tunnel = |vip: IpAddr, proto: u8, port: u16| {
+        tunnel_vips()
+            .iter()
+            .find(|&&(a, p, pr, _, _)| a == vip && pr == proto && p == port)
+            .map(|&(_, _, _, gue, _)| gue)
+    };
     match quoted {
         Some((vip, proto, port)) if matches!(proto, 6 | 17) && is_vip(vip, port, proto) => {
             Fate::Forward
         }
+        // An error about a tunnelled flow goes to its backend through the tunnel.
+        Some((vip, proto, port)) if let Some(gue) = tunnel(vip, proto, port) => Fate::Tunnel(gue),
         _ => Fate::Pass,
     }
 }
@@ -290,6 +332,10 @@ fn classify(b: &[u8]) -> Option<Fate> {
             if ihl != 5 || u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
                 return Some(Fate::Pass);
             }
+            // No host sends from a multicast, reserved or broadcast address.
+            if ip[12] >= 224 {
+                return None;
+            }
             let tot = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
             let dst = IpAddr::from([ip[16], ip[17], ip[18], ip[19]]);
             if ip[9] == 1 {
@@ -310,7 +356,7 @@ fn classify(b: &[u8]) -> Option<Fate> {
         }
         0x86dd => {
             let ip = b.get(l3..l3 + 40)?;
-            if ip[0] >> 4 != 6 {
+            if ip[0] >> 4 != 6 || ip[8] == 0xff {
                 return None;
             }
             let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
@@ -343,6 +389,13 @@ fn classify(b: &[u8]) -> Option<Fate> {
         .any(|&(a, p, pr)| a == dst && pr == proto && p == dport);
     // TCP flags: byte 13 of the header (the length checks above put it in the frame).
     let syn = proto == TCP && b[l4 + 13] & (flags::SYN | flags::ACK) == flags::SYN;
+    let tunnel = tunnel_vips()
+        .iter()
+        .find(|&&(a, p, pr, _, _)| a == dst && pr == proto && p == dport)
+        .map(|&(_, _, _, gue, _)| gue);
+    if let Some(gue) = tunnel {
+        return Some(Fate::Tunnel(gue));
+    }
     Some(if nat && (proto == UDP || syn) {
         Fate::Nat
     } else if nat {
@@ -418,6 +471,25 @@ fn a_million_random_and_mutated_packets() {
                 ports: Vec::new(),
             });
         }
+        for (addr, port, proto, gue, v6_backends) in tunnel_vips() {
+            rig.program(ServiceSpec {
+                name: format!("{addr}:{port}/{proto}"),
+                key: vip_key(addr, port, proto),
+                mode: if gue { ForwardingMode::Gue } else { ForwardingMode::Ipip },
+                backends: if v6_backends { b6.clone() } else { b4.clone() },
+                table_size: None,
+                weights: Vec::new(),
+                ports: Vec::new(),
+            });
+        }
+        rig.set_tunnel(lb_common::TunnelConfig {
+            source_v4: [198, 18, 200, 0],
+            host_mask_v4: [0, 0, 0, 0xff],
+            source_v6: [0x20, 0x01, 0x0d, 0xb8, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            host_mask_v6: [0xff; 8],
+            gue_port_be: GUE_PORT.to_be(),
+            ..lb_common::TunnelConfig::default()
+        });
         // Nothing expires during the run, so the model of which nat flows exist stays
         // exact: a flow made by a SYN or a datagram lives on.
         rig.set_nat_timeouts(lb_common::NatTimeouts {
@@ -430,6 +502,8 @@ fn a_million_random_and_mutated_packets() {
         let (mut forwarded, mut passed, mut dropped, mut echoed, mut translated) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut stray_dropped = 0u64;
+        let mut tunnelled = 0u64;
+        let backends: Vec<IpAddr> = b4.iter().chain(&b6).copied().collect();
         for n in 0..PACKETS {
             let base = plausible(&mut rng);
             let input = mutate(&mut rng, base);
@@ -450,6 +524,11 @@ fn a_million_random_and_mutated_packets() {
                 action::TX if expect == Some(Fate::Echo) => {
                     echoed += 1;
                     assert_echo_reply(&input, &out.bytes, &ctx);
+                }
+                action::TX if matches!(expect, Some(Fate::Tunnel(_))) => {
+                    tunnelled += 1;
+                    let gue = expect == Some(Fate::Tunnel(true));
+                    assert_tunnelled(&input, &out.bytes, gue, &backends, &ctx);
                 }
                 action::TX if expect == Some(Fate::Nat) => {
                     translated += 1;
@@ -491,7 +570,7 @@ fn a_million_random_and_mutated_packets() {
                 other => panic!("unexpected action {other}: {}", ctx()),
             }
         }
-        eprintln!("{forwarded} forwarded, {translated} nat-translated, {passed} passed, {dropped} dropped ({stray_dropped} nat strays), {echoed} echo replies");
+        eprintln!("{forwarded} forwarded, {tunnelled} tunnelled, {translated} nat-translated, {passed} passed, {dropped} dropped ({stray_dropped} nat strays), {echoed} echo replies");
         assert_eq!(
             rig.counter(lb_common::Counter::DropNatNoFlow),
             stray_dropped,
@@ -500,6 +579,7 @@ fn a_million_random_and_mutated_packets() {
         // The generator must exercise every outcome, or the test proves little.
         for (what, n) in [
             ("translated", translated),
+            ("tunnelled", tunnelled),
             ("answered", echoed),
             ("forwarded", forwarded),
             ("passed", passed),
@@ -581,4 +661,106 @@ fn assert_nat_forward(input: &[u8], out: &[u8], macs: &[[u8; 6]], ctx: &dyn Fn()
             ctx()
         );
     }
+}
+
+/// Checks a tunnelled frame made from `input`: the link header kept (VLAN tag
+/// included, MACs the node's and a backend's next hop), a well-formed outer header to
+/// one of `backends` (IPv4 checksum valid, lengths those of the inner packet, GUE's
+/// port and source-port range), and the input's IP packet after it unchanged but for a
+/// SYN's lowered MSS (whose TCP checksum must then still verify).
+fn assert_tunnelled(
+    input: &[u8],
+    out: &[u8],
+    gue: bool,
+    backends: &[IpAddr],
+    ctx: &dyn Fn() -> String,
+) {
+    let (l3, inner_v6, proto, l4, _) = layout(input);
+    let vlan = l3 == 18;
+    assert_eq!(&out[6..12], &HOST_MAC, "{}", ctx());
+    if vlan {
+        assert_eq!(&out[12..16], &input[12..16], "VLAN tag kept: {}", ctx());
+    }
+    let et = u16::from_be_bytes([out[l3 - 2], out[l3 - 1]]);
+    let outer_v6 = match et {
+        0x0800 => false,
+        0x86dd => true,
+        other => panic!("outer ether type {other:#06x}: {}", ctx()),
+    };
+    let ip_len = if outer_v6 { 40 } else { 20 };
+    let overhead = ip_len + if gue { 8 } else { 0 };
+    assert_eq!(out.len(), input.len() + overhead, "{}", ctx());
+    let inner_len = if inner_v6 {
+        40 + usize::from(u16::from_be_bytes([input[l3 + 4], input[l3 + 5]]))
+    } else {
+        usize::from(u16::from_be_bytes([input[l3 + 2], input[l3 + 3]]))
+    };
+    let next = if gue {
+        UDP
+    } else if inner_v6 {
+        41
+    } else {
+        4
+    };
+    let o = &out[l3..];
+    let dst: IpAddr = if outer_v6 {
+        assert_eq!(o[0] >> 4, 6, "{}", ctx());
+        assert_eq!(
+            usize::from(u16::from_be_bytes([o[4], o[5]])),
+            inner_len + overhead - 40
+        );
+        assert_eq!(o[6], next, "{}", ctx());
+        let a: [u8; 16] = o[24..40].try_into().expect("16");
+        a.into()
+    } else {
+        assert_eq!(o[0], 0x45, "{}", ctx());
+        assert_eq!(
+            usize::from(u16::from_be_bytes([o[2], o[3]])),
+            inner_len + overhead
+        );
+        assert_eq!(o[9], next, "{}", ctx());
+        assert_eq!(checksum(&[&o[..20]]), 0, "outer checksum: {}", ctx());
+        IpAddr::from([o[16], o[17], o[18], o[19]])
+    };
+    assert!(
+        backends.contains(&dst),
+        "outer destination {dst} is no backend: {}",
+        ctx()
+    );
+    let dmac: [u8; 6] = out[..6].try_into().expect("6");
+    assert!(
+        backend_macs().contains(&dmac),
+        "not a backend MAC: {}",
+        ctx()
+    );
+    if gue {
+        let u = &o[ip_len..ip_len + 8];
+        assert!(u16::from_be_bytes([u[0], u[1]]) >= 0xc000, "{}", ctx());
+        assert_eq!(u16::from_be_bytes([u[2], u[3]]), GUE_PORT, "{}", ctx());
+        assert_eq!(usize::from(u16::from_be_bytes([u[4], u[5]])), 8 + inner_len);
+    }
+    let inner_out = &out[l3 + overhead..];
+    let inner_in = &input[l3..];
+    if inner_out == inner_in {
+        return;
+    }
+    // Only a SYN's MSS (and the TCP checksum with it) may differ.
+    let t = l4 - l3;
+    assert_eq!(proto, TCP, "a non-TCP inner packet changed: {}", ctx());
+    let (mut a, mut b) = (inner_out.to_vec(), inner_in.to_vec());
+    for v in [&mut a, &mut b] {
+        v[t + 16..t + 18].fill(0);
+        v[t + 22..t + 24].fill(0);
+    }
+    assert_eq!(a, b, "only the MSS changed: {}", ctx());
+    assert_eq!(
+        input[l4 + 13] & (flags::SYN | flags::ACK),
+        flags::SYN,
+        "{}",
+        ctx()
+    );
+    assert_eq!((input[l4 + 20], input[l4 + 21]), (2, 4), "{}", ctx());
+    let mss = u16::from_be_bytes([inner_out[t + 22], inner_out[t + 23]]);
+    let most = 1500 - overhead - if inner_v6 { 60 } else { 40 };
+    assert_eq!(usize::from(mss), most, "clamped to what fits: {}", ctx());
 }
