@@ -39,10 +39,12 @@ enum Class {
     NatEstablished,
     NatReply,
     NatStrayAck,
+    IpipEstablishedV4,
+    IpipNewFlowV4,
 }
 
 impl Class {
-    const ALL: [Class; 10] = [
+    const ALL: [Class; 12] = [
         Class::Floor,
         Class::NonVip,
         Class::EstablishedV4,
@@ -53,6 +55,8 @@ impl Class {
         Class::NatEstablished,
         Class::NatReply,
         Class::NatStrayAck,
+        Class::IpipEstablishedV4,
+        Class::IpipNewFlowV4,
     ];
 
     fn name(self) -> &'static str {
@@ -67,6 +71,8 @@ impl Class {
             Class::NatEstablished => "nat established TCP v4 (tail call + SNAT)",
             Class::NatReply => "nat reply v4 (translated back)",
             Class::NatStrayAck => "ACK without state, nat (dropped)",
+            Class::IpipEstablishedV4 => "ipip established TCP v4 (tail call + encap)",
+            Class::IpipNewFlowV4 => "ipip new flow v4 (SYN: Maglev + encap)",
         }
     }
 
@@ -102,6 +108,15 @@ fn services() -> Vec<ServiceSpec> {
             ports: Vec::new(),
         },
         ServiceSpec {
+            name: "tunnel".into(),
+            key: vip_key(VIP.into(), 81, TCP),
+            mode: ForwardingMode::Ipip,
+            backends: (0..3).map(|i| backend(i).0).collect(),
+            table_size: None,
+            weights: Vec::new(),
+            ports: Vec::new(),
+        },
+        ServiceSpec {
             name: "web6".into(),
             key: vip_key(VIP6.into(), 80, TCP),
             mode: ForwardingMode::Dsr,
@@ -116,6 +131,12 @@ fn services() -> Vec<ServiceSpec> {
 fn rig() -> XdpRig {
     let mut rig = XdpRig::load(SEED);
     rig.set_nat(20000, 40000);
+    rig.set_tunnel(lb_common::TunnelConfig {
+        source_v4: [198, 18, 200, 0],
+        host_mask_v4: [0, 0, 0, 0xff],
+        gue_port_be: 6080u16.to_be(),
+        ..lb_common::TunnelConfig::default()
+    });
     for s in services() {
         rig.program(s);
     }
@@ -148,6 +169,9 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
         Class::NatStrayAck => {
             Packet::tcp4(eth, CLIENT, 40001, VIP, 8080, b"payload").with_tcp_flags(flags::ACK)
         }
+        Class::IpipEstablishedV4 | Class::IpipNewFlowV4 => {
+            Packet::tcp4(eth, CLIENT, 40000, VIP, 81, b"payload")
+        }
     }
     .bytes;
     if class == Class::NatReply {
@@ -172,7 +196,10 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
     // the ACK that promotes it; the timed packets are ACKs).
     if matches!(
         class,
-        Class::EstablishedV4 | Class::EstablishedV6 | Class::NatEstablished
+        Class::EstablishedV4
+            | Class::EstablishedV6
+            | Class::NatEstablished
+            | Class::IpipEstablishedV4
     ) {
         let (out, _) = rig.run_timed(&packet, floor);
         assert_eq!(out.action, action::TX, "{} SYN", class.name());
@@ -189,17 +216,22 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
     // The new-flow class: one 5-tuple whose conntrack entry is removed before every
     // call (outside the measured run), so each run takes the whole new-flow path with
     // warm caches. The many-flows class below shows the memory-bound case separately.
+    let dport: u16 = if class == Class::IpipNewFlowV4 {
+        81
+    } else {
+        80
+    };
     let key = lb_common::FlowKey {
         src: lb_model::dataplane::addr16(CLIENT.into()),
         dst: lb_model::dataplane::addr16(VIP.into()),
         src_port_be: 40000u16.to_be(),
-        dst_port_be: 80u16.to_be(),
+        dst_port_be: dport.to_be(),
         proto: TCP,
         ..lb_common::FlowKey::default()
     };
     let mut total = Duration::ZERO;
     for i in 0..calls {
-        if class == Class::NewFlowV4 {
+        if matches!(class, Class::NewFlowV4 | Class::IpipNewFlowV4) {
             // The two tables a dsr SYN looks at (the established classes before
             // pinned the same 5-tuple).
             for table in [FlowTable::Established, FlowTable::Embryonic] {
