@@ -289,6 +289,22 @@ impl KernelDataplane {
         xdp_of(&mut self.ebpf)
     }
 
+    /// Every loaded program with the number of instructions the verifier processed for
+    /// it (`None` when the kernel does not say): what the per-packet benchmark reports
+    /// next to each program's cost.
+    pub fn verified_instructions(&self) -> Vec<(String, Option<u32>)> {
+        let mut out: Vec<(String, Option<u32>)> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, prog)| {
+                let info = prog.info().ok()?;
+                Some((name.to_owned(), info.verified_instruction_count()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Attaches the program to `interface` (resolved in the calling thread's network
     /// namespace).
     ///
