@@ -16,6 +16,7 @@ pub mod netns;
 pub mod packet;
 pub mod rng;
 pub mod shape;
+pub mod tls;
 pub mod topology;
 pub mod traffic;
 

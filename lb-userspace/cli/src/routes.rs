@@ -175,7 +175,7 @@ fn explain(
     out.endpoints = set
         .endpoints()
         .iter()
-        .map(|e| format!("{} (weight {})", e.authority, e.weight))
+        .map(|e| format!("{} (weight {})", e.address(), e.weight))
         .collect();
     if set.is_empty() {
         out.endpoints
@@ -184,7 +184,7 @@ fn explain(
         out.pick = pool
             .balancer
             .pick(&set, &Pick { now, key })
-            .map(|i| set.endpoints()[i].authority.to_string());
+            .map(|i| set.endpoints()[i].address().to_string());
     }
     Ok(out)
 }

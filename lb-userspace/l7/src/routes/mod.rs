@@ -131,12 +131,17 @@ impl Route {
     /// Whether a `Method` or `Methods` predicate names CONNECT: only such a route
     /// tunnels; a CONNECT that reaches any other gets 405.
     pub fn allows_connect(&self) -> bool {
-        self.predicates.iter().any(|p| match p {
-            Predicate::Method(m) => *m == http::Method::CONNECT,
-            Predicate::Methods(m) => m.contains(&http::Method::CONNECT),
-            _ => false,
-        })
+        allows_connect(&self.predicates)
     }
+}
+
+/// Whether a `Method` or `Methods` among `predicates` names CONNECT.
+fn allows_connect(predicates: &[Predicate]) -> bool {
+    predicates.iter().any(|p| match p {
+        Predicate::Method(m) => *m == http::Method::CONNECT,
+        Predicate::Methods(m) => m.contains(&http::Method::CONNECT),
+        _ => false,
+    })
 }
 
 /// The methods skipper's `Methods` accepts.
@@ -383,7 +388,19 @@ fn compile_route(
             settings.mask_query.truncate(masked);
         }
     }
-    let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx);
+    let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx).and_then(|b| {
+        // A tunnel is a TCP connection of its own, never TLS; an https pool cannot
+        // carry one.
+        let tls = matches!(&b, Backend::Pool(p) if p.set.load().endpoints().iter().any(|e| e.tls));
+        if tls && allows_connect(&predicates) {
+            return Err(RouteError {
+                pos: r.backend_pos,
+                route: r.id.clone(),
+                message: "CONNECT is not tunnelled to https backends".into(),
+            });
+        }
+        Ok(b)
+    });
     let backend = match backend {
         Ok(b) if errors.is_empty() => b,
         Ok(_) => return Err(errors),
@@ -815,29 +832,41 @@ fn compile_backend(
     Ok(Backend::Pool(Arc::new(pool)))
 }
 
-/// `http://host[:port][/path][?query]` → `host:port`. As in skipper (`net.SchemeHost`),
-/// a backend is its scheme and host: a path or query in the URL is ignored, and the
-/// backend gets the request's path. Other schemes are refused: the proxy speaks plain
-/// HTTP to its backends.
+/// A backend URL → the endpoint's address ([`EndpointSpec::authority`]):
+/// `http://host[:port][/path][?query]` → `host:port`, `https://…` →
+/// `https://host:port`. As in skipper (`net.SchemeHost`), a backend is its scheme and
+/// host, both lower-cased (`HTTP://Example.ORG` is `example.org:80`), with the
+/// scheme's port when none is given; a path, query or user in the URL is ignored and
+/// the backend gets the request's path. Other schemes are refused: the proxy speaks
+/// HTTP/1.1 and h2c to clients but only HTTP/1.1, plain or over TLS, to backends.
 pub fn endpoint_authority(url: &str) -> Result<String, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        if url.starts_with("https://") {
-            format!("{url:?}: https backends are not supported (plain http only)")
-        } else {
-            format!("{url:?} is not an http:// URL")
-        }
-    })?;
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("{url:?} is not an http:// or https:// URL"))?;
+    let (prefix, port) = if scheme.eq_ignore_ascii_case("http") {
+        ("", "80")
+    } else if scheme.eq_ignore_ascii_case("https") {
+        (crate::balance::HTTPS_PREFIX, "443")
+    } else {
+        return Err(format!(
+            "{url:?}: the scheme {scheme:?} is not supported (http or https)"
+        ));
+    };
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
     if authority.is_empty() {
         return Err(format!("{url:?} has no host"));
     }
     let has_port = authority
         .rsplit_once(':')
         .is_some_and(|(h, p)| !h.ends_with(':') && !p.contains(']') && p.parse::<u16>().is_ok());
+    let host = authority.to_ascii_lowercase();
     Ok(if has_port {
-        authority.to_owned()
+        format!("{prefix}{host}")
     } else {
-        format!("{authority}:80")
+        format!("{prefix}{host}:{port}")
     })
 }
 
