@@ -15,9 +15,10 @@
 //! - among the routes at one tree node (or among those without a path), the one with
 //!   the highest priority that matches wins: one per `Method`, `Methods`, `Host`,
 //!   `PathRegexp`, `True`, `False`, `Cookie`, `QueryParam`, `Source`,
-//!   `SourceFromLast`, `ClientIP`, `Between`, `After` and `Before`, one per header
+//!   `SourceFromLast`, `ClientIP`, `Between`, `After`, `Before` and `Traffic`, one per header
 //!   name of `Header` and one per header name of `HeaderRegexp`, plus every `Weight(n)` (truncated to an integer);
-//!   the path predicate does not count;
+//!   the path predicate does not count, nor does `TrafficSegment` (it counts one
+//!   and weighs -1, as in skipper);
 //! - remaining ties go to the route written first (skipper's order is then
 //!   unspecified: it comes from a map).
 
@@ -46,6 +47,8 @@ pub mod template;
 mod template_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod traffic_tests;
 mod tree;
 #[cfg(test)]
 mod tree_props;
@@ -168,6 +171,8 @@ pub struct RouteTable {
     unrouted: Box<[u32]>,
     /// Route indices sorted by id, to find a route's predecessor on reload.
     by_id: Box<[u32]>,
+    /// Whether a route has a `TrafficSegment`: only then is a request given a draw.
+    segments: bool,
 }
 
 /// What routes are compiled against.
@@ -247,11 +252,17 @@ impl RouteTable {
             .collect();
         let mut by_id: Vec<u32> = (0..len).collect();
         by_id.sort_by(|&a, &b| routes[a as usize].id.cmp(&routes[b as usize].id));
+        let segments = routes.iter().any(|r| {
+            r.predicates
+                .iter()
+                .any(|p| matches!(p, Predicate::Segment { .. }))
+        });
         Self {
             routes,
             tree,
             unrouted,
             by_id: by_id.into(),
+            segments,
         }
     }
 
@@ -276,6 +287,12 @@ impl RouteTable {
     /// form. Decoding is not idempotent (`%2569` → `%69` → `i`), so a decoded path must
     /// never go through [`RouteTable::find`] again.
     pub fn find_routed(&self, req: &RequestView<'_>) -> Option<&Route> {
+        if self.segments && req.draw.is_none() {
+            return self.find_routed(&RequestView {
+                draw: Some(crate::balance::rng::unit()),
+                ..*req
+            });
+        }
         let mut first = |candidates: &[u32]| {
             candidates
                 .iter()
@@ -550,7 +567,39 @@ fn compile_predicate(
             Predicate::Source(of, nets)
         }
         "Between" | "After" | "Before" => interval(a)?,
-        other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False, Cookie, QueryParam, Source, SourceFromLast, ClientIP, Between, After, Before)"))),
+        "Traffic" => {
+            a.count(1, 3, "a chance, and optionally a cookie name and a group")?;
+            if a.len() == 2 {
+                return Err(a.fail(
+                    "takes a chance alone, or a chance, a cookie name and a group (stickiness)",
+                ));
+            }
+            let chance = a.num(0)?;
+            if !(0.0..=1.0).contains(&chance) {
+                return Err(a.fail(format!("chance {chance} is not between 0 and 1")));
+            }
+            let sticky = if a.len() == 3 {
+                Some((a.str(1)?.to_owned(), a.str(2)?.to_owned()))
+            } else {
+                None
+            };
+            Predicate::Traffic { chance, sticky }
+        }
+        "TrafficSegment" => {
+            a.count(2, 2, "a start and an end between 0 and 1")?;
+            let (min, max) = (a.num(0)?, a.num(1)?);
+            if !(0.0..=1.0).contains(&min) || !(0.0..=1.0).contains(&max) {
+                return Err(a.fail(format!("[{min}, {max}) is not within 0 and 1")));
+            }
+            if min > max {
+                return Err(a.fail(format!("the start {min} is after the end {max}")));
+            }
+            // skipper gives the predicate a weight of -1, so with its predicate count
+            // a segment adds nothing to the route's priority.
+            *weight = weight.saturating_sub(1);
+            Predicate::Segment { min, max }
+        }
+        other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False, Cookie, QueryParam, Source, SourceFromLast, ClientIP, Between, After, Before, Traffic, TrafficSegment)"))),
     }))
 }
 
