@@ -807,6 +807,17 @@ fn compile_filter(
             a.count(1, 1, "one key template")?;
             Filter::ConsistentHashKey(template(0)?)
         }
+        // skipper documents `comment` as doing nothing and takes any arguments
+        // (its post-processor removes it from the route); `originMarker` only feeds
+        // skipper's route-creation metrics. Neither becomes a filter here.
+        "comment" => return Ok(None),
+        "originMarker" => {
+            a.count(3, 3, "an origin, an id and an RFC 3339 creation time")?;
+            a.str(0)?;
+            a.str(1)?;
+            lb_model::units::parse_rfc3339(a.str(2)?).map_err(|e| a.fail(e))?;
+            return Ok(None);
+        }
         "consistentHashBalanceFactor" => {
             a.count(1, 1, "one number")?;
             let f = a.num(0)?;
