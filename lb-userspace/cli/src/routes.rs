@@ -285,3 +285,44 @@ fn render(e: &Explained) -> String {
         .map(|(k, v)| format!("{k:<width$}  {v}\n"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// An https backend is explained with its scheme, so an operator sees that the
+    /// request goes over TLS (and to port 443 when the URL names none).
+    #[test]
+    fn https_endpoints_are_explained_with_their_scheme() {
+        use clap::Parser as _;
+        let registry = Registry::default();
+        let now = SystemTime::now();
+        let cx = RouteContext {
+            registry: &registry,
+            service_endpoints: &[],
+            previous: None,
+            now,
+        };
+        let table = RouteTable::parse(
+            r#"api: Path("/api") -> "HTTPS://API.Example.ORG"; lb: * -> <"https://a:8443", "https://b">;"#,
+            &cx,
+        )
+        .expect("routes");
+        let cli = Cli::parse_from(["lbctl-routes", "routes.eskip"]);
+        let e = explain(&table, &cli.args, "/api", now).expect("explained");
+        assert_eq!(e.route.as_deref(), Some("api"));
+        assert_eq!(e.endpoints, ["https://api.example.org:443 (weight 1)"]);
+        assert_eq!(e.pick.as_deref(), Some("https://api.example.org:443"));
+        let e = explain(&table, &cli.args, "/other", now).expect("explained");
+        assert_eq!(
+            e.endpoints,
+            ["https://a:8443 (weight 1)", "https://b:443 (weight 1)"]
+        );
+    }
+}
