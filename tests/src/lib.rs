@@ -17,6 +17,7 @@ pub mod packet;
 pub mod rng;
 pub mod routed;
 pub mod shape;
+pub mod tls;
 pub mod topology;
 pub mod traffic;
 

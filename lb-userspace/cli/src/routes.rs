@@ -175,7 +175,7 @@ fn explain(
     out.endpoints = set
         .endpoints()
         .iter()
-        .map(|e| format!("{} (weight {})", e.authority, e.weight))
+        .map(|e| format!("{} (weight {})", e.address(), e.weight))
         .collect();
     if set.is_empty() {
         out.endpoints
@@ -184,7 +184,7 @@ fn explain(
         out.pick = pool
             .balancer
             .pick(&set, &Pick { now, key })
-            .map(|i| set.endpoints()[i].authority.to_string());
+            .map(|i| set.endpoints()[i].address().to_string());
     }
     Ok(out)
 }
@@ -284,4 +284,45 @@ fn render(e: &Explained) -> String {
         .iter()
         .map(|(k, v)| format!("{k:<width$}  {v}\n"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// An https backend is explained with its scheme, so an operator sees that the
+    /// request goes over TLS (and to port 443 when the URL names none).
+    #[test]
+    fn https_endpoints_are_explained_with_their_scheme() {
+        use clap::Parser as _;
+        let registry = Registry::default();
+        let now = SystemTime::now();
+        let cx = RouteContext {
+            registry: &registry,
+            service_endpoints: &[],
+            previous: None,
+            now,
+        };
+        let table = RouteTable::parse(
+            r#"api: Path("/api") -> "HTTPS://API.Example.ORG"; lb: * -> <"https://a:8443", "https://b">;"#,
+            &cx,
+        )
+        .expect("routes");
+        let cli = Cli::parse_from(["lbctl-routes", "routes.eskip"]);
+        let e = explain(&table, &cli.args, "/api", now).expect("explained");
+        assert_eq!(e.route.as_deref(), Some("api"));
+        assert_eq!(e.endpoints, ["https://api.example.org:443 (weight 1)"]);
+        assert_eq!(e.pick.as_deref(), Some("https://api.example.org:443"));
+        let e = explain(&table, &cli.args, "/other", now).expect("explained");
+        assert_eq!(
+            e.endpoints,
+            ["https://a:8443 (weight 1)", "https://b:443 (weight 1)"]
+        );
+    }
 }

@@ -21,12 +21,14 @@ pub struct L7ServiceStats {
     pub retries: u64,
     /// Requests the proxy answered 502/503/504.
     pub upstream_errors: u64,
+    /// Requests whose TLS handshake with an `https://` backend failed.
+    pub tls_failures: u64,
 }
 
 /// Counters of one backend endpoint (across services and routes).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct L7EndpointStats {
-    /// `host:port`.
+    /// `host:port`, or `https://host:port` for a TLS endpoint.
     pub endpoint: String,
     /// Requests in flight.
     pub in_flight: u32,
@@ -80,6 +82,7 @@ impl Proxy {
                     no_route: st.no_route.load(Relaxed),
                     retries: st.retries.load(Relaxed),
                     upstream_errors: st.upstream_errors.load(Relaxed),
+                    tls_failures: st.tls_failures.load(Relaxed),
                 }
             })
             .collect();

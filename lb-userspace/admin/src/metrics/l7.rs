@@ -64,6 +64,7 @@ pub(super) fn register(registry: &mut Registry, l7: &L7Snapshot) {
                 no_route: s.no_route,
                 retries: s.retries,
                 upstream_errors: s.upstream_errors,
+                tls_failures: s.tls_failures,
             })
             .collect(),
         endpoints: l7
@@ -90,6 +91,7 @@ struct ServiceRow {
     no_route: u64,
     retries: u64,
     upstream_errors: u64,
+    tls_failures: u64,
 }
 
 /// A backend endpoint's counters.
@@ -127,7 +129,7 @@ impl Collector for Proxy {
                 }
             }
         }
-        let per_service: [Column<ServiceRow, u64>; 3] = [
+        let per_service: [Column<ServiceRow, u64>; 4] = [
             (
                 "no_route",
                 "Requests no route matched (answered 404).",
@@ -142,6 +144,11 @@ impl Collector for Proxy {
                 "upstream_errors",
                 "Requests answered 502, 503 or 504 by the proxy.",
                 |s| s.upstream_errors,
+            ),
+            (
+                "tls_failures",
+                "Requests whose TLS handshake with an https backend failed.",
+                |s| s.tls_failures,
             ),
         ];
         for (name, help, value) in per_service {

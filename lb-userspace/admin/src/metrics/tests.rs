@@ -105,6 +105,7 @@ fn l7() -> lb_l7::stats::L7Snapshot {
             no_route: 5,
             retries: 1,
             upstream_errors: 2,
+            tls_failures: 1,
         }],
         endpoints: vec![lb_l7::stats::L7EndpointStats {
             endpoint: "198.18.1.1:8080".into(),

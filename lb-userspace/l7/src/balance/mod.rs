@@ -17,7 +17,9 @@ use std::{
     time::SystemTime,
 };
 
-pub use set::{EndpointSet, EndpointSpec, EndpointStats, InFlight, Registry};
+pub use set::{
+    Endpoint, EndpointSet, EndpointSpec, EndpointStats, HTTPS_PREFIX, InFlight, Registry,
+};
 
 /// The algorithms, by their skipper names.
 #[derive(Clone, Copy, Debug, PartialEq)]

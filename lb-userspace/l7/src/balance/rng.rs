@@ -46,6 +46,15 @@ pub fn next() -> u64 {
     RNG.with_borrow_mut(|r| r.next_u64())
 }
 
+/// A uniform number in `[0, 1)` with 53 random bits, as Go's `rand.Float64` draws
+/// for skipper's `Traffic` and `TrafficSegment`.
+#[inline]
+pub fn unit() -> f64 {
+    #[expect(clippy::cast_precision_loss, reason = "53 bits fit an f64 exactly")]
+    let bits = (next() >> 11) as f64;
+    bits * (1.0 / (1u64 << 53) as f64)
+}
+
 /// A uniform number in `[0, bound)`, 0 when `bound` is 0 (never panics: a racing
 /// fade-in refresh may briefly see an empty total). Multiply-shift, no division; the
 /// bias is below `bound / 2^64`.

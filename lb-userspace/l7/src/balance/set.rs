@@ -106,11 +106,16 @@ impl Registry {
     }
 }
 
+/// The prefix of an [`EndpointSpec::authority`] that names a TLS endpoint.
+pub const HTTPS_PREFIX: &str = "https://";
+
 /// One endpoint of a set.
 #[derive(Debug)]
 pub struct Endpoint {
-    /// `host:port`, as requests are sent to it.
+    /// `host:port`, as requests are sent to it (without a scheme, also for TLS).
     pub authority: Arc<str>,
+    /// Whether requests go to it over TLS (an `https://` endpoint).
+    pub tls: bool,
     /// The same, parsed once for request URIs (cloning it shares the bytes); `None`
     /// if it does not parse as a URI authority.
     pub uri_authority: Option<http::uri::Authority>,
@@ -124,10 +129,28 @@ pub struct Endpoint {
     pub(super) seed: u64,
 }
 
+impl Endpoint {
+    /// The endpoint as operators name it: `host:port`, or `https://host:port`.
+    pub fn address(&self) -> impl std::fmt::Display + '_ {
+        struct Address<'a>(&'a Endpoint);
+        impl std::fmt::Display for Address<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                if self.0.tls {
+                    f.write_str(HTTPS_PREFIX)?;
+                }
+                f.write_str(&self.0.authority)
+            }
+        }
+        Address(self)
+    }
+}
+
 /// What a set is built from: authority, weight, and creation time if known.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndpointSpec {
-    /// `host:port`.
+    /// Where the endpoint is: `host:port` for plain HTTP, or [`HTTPS_PREFIX`] and
+    /// `host:port` for TLS. The whole text is the endpoint's identity (its counters,
+    /// its hash), so an http and an https endpoint on one `host:port` are two.
     pub authority: String,
     /// Weight; 0 leaves the endpoint out (unhealthy or drained).
     pub weight: u32,
@@ -196,14 +219,19 @@ impl EndpointSet {
         for s in specs.iter().filter(|s| s.weight > 0) {
             let stats = registry.stats(&s.authority, now);
             let created = s.created.unwrap_or(stats.first_seen);
+            let (tls, authority) = match s.authority.strip_prefix(HTTPS_PREFIX) {
+                Some(rest) => (true, rest),
+                None => (false, s.authority.as_str()),
+            };
             endpoints.push(Endpoint {
                 seed: super::rng::mix(super::rng::fnv(
                     super::rng::FNV_START,
                     s.authority.as_bytes(),
                 )),
-                authority: Arc::from(s.authority.as_str()),
+                authority: Arc::from(authority),
+                tls,
                 uri_authority: http::uri::Authority::from_maybe_shared(
-                    bytes::Bytes::copy_from_slice(s.authority.as_bytes()),
+                    bytes::Bytes::copy_from_slice(authority.as_bytes()),
                 )
                 .ok(),
                 weight: s.weight,

@@ -42,16 +42,50 @@ impl Failure {
         Failure::Closed
     }
 
+    /// The failure of a TLS endpoint whose TCP connect succeeded and whose handshake
+    /// did not; `None` when `e` is no such failure. As Go's TLS client fails in
+    /// skipper: a certificate that does not verify, or no common protocol, is an
+    /// error skipper does not know (500); an alert from the backend or a socket error
+    /// is a `net.Error` (503); the handshake running out of time is a timeout (504);
+    /// the backend closing mid-handshake is Go's `io.EOF` (500).
+    pub(super) fn handshake(e: &(dyn StdError + 'static)) -> Option<Self> {
+        use super::tls::ConnectError;
+        let mut cause: Option<&(dyn StdError + 'static)> = Some(e);
+        while let Some(c) = cause {
+            match c.downcast_ref::<ConnectError>() {
+                Some(ConnectError::Connect(_)) => return None,
+                Some(ConnectError::ServerName(_)) => return Some(Failure::Tls),
+                Some(ConnectError::Handshake(io)) => {
+                    return Some(match (io.kind(), tls_error(io)) {
+                        (_, Some(rustls::Error::AlertReceived(_))) => Failure::Reset,
+                        (_, Some(_)) => Failure::Tls,
+                        (std::io::ErrorKind::TimedOut, None) => Failure::Timeout,
+                        (std::io::ErrorKind::UnexpectedEof, None) => Failure::Closed,
+                        (_, None) => Failure::Reset,
+                    });
+                }
+                None => cause = c.source(),
+            }
+        }
+        None
+    }
+
     /// The status of skipper's answer (the body is its reason phrase).
     pub(super) fn status(&self) -> StatusCode {
         match self {
             Failure::NoEndpoints | Failure::Reset => StatusCode::SERVICE_UNAVAILABLE,
             Failure::Unreachable => StatusCode::BAD_GATEWAY,
             Failure::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            Failure::Closed | Failure::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Failure::Closed | Failure::Internal | Failure::Tls => StatusCode::INTERNAL_SERVER_ERROR,
             Failure::ClientBody => StatusCode::BAD_REQUEST,
         }
     }
+}
+
+/// The rustls error an I/O error of tokio-rustls carries, if any (`io::Error`'s
+/// `source` skips the error it wraps, so it is asked for directly).
+fn tls_error(io: &std::io::Error) -> Option<&rustls::Error> {
+    io.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
 #[cfg(test)]
@@ -99,5 +133,58 @@ mod tests {
             Failure::NoEndpoints.status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
+    }
+
+    /// A failed handshake with an `https://` backend, as Go's TLS client fails in
+    /// skipper: the certificate does not verify (500, an error skipper does not
+    /// know), the backend sends an alert or resets (a `net.Error`: 503), the
+    /// handshake times out (504), the backend closes mid-handshake (`io.EOF`: 500);
+    /// a failed TCP connect is no handshake failure (502 and retried, as for http).
+    #[test]
+    fn tls_handshake_failures_sort_as_skipper_sorts_them() {
+        use std::io::{Error, ErrorKind};
+
+        use super::super::tls::ConnectError;
+        let tls = |e: rustls::Error| ConnectError::Handshake(Error::new(ErrorKind::InvalidData, e));
+        let io = |k: ErrorKind| ConnectError::Handshake(Error::from(k));
+        let cases = [
+            (
+                tls(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::UnknownIssuer,
+                )),
+                Some(500),
+            ),
+            (
+                tls(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName,
+                )),
+                Some(500),
+            ),
+            (
+                tls(rustls::Error::AlertReceived(
+                    rustls::AlertDescription::HandshakeFailure,
+                )),
+                Some(503),
+            ),
+            (io(ErrorKind::TimedOut), Some(504)),
+            (io(ErrorKind::UnexpectedEof), Some(500)),
+            (io(ErrorKind::ConnectionReset), Some(503)),
+            (ConnectError::ServerName("a b".into()), Some(500)),
+            (
+                ConnectError::Connect(Box::new(Error::from(ErrorKind::ConnectionRefused))),
+                None,
+            ),
+        ];
+        for (e, want) in cases {
+            let text = format!("{e:?}");
+            let wrapped = Wrap(Box::new(e));
+            assert_eq!(
+                Failure::handshake(&wrapped).map(|f| f.status().as_u16()),
+                want,
+                "{text}"
+            );
+        }
+        let plain = Wrap(Box::new(Error::from(ErrorKind::ConnectionRefused)));
+        assert!(Failure::handshake(&plain).is_none());
     }
 }

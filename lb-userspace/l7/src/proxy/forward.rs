@@ -2,7 +2,8 @@
 //! head the backend gets and how the body travels.
 //!
 //! The Host: as skipper's proxy sends it, the endpoint's own `host:port` (on a retry,
-//! the next endpoint's), unless the node's `preserve_host` or the route's
+//! the next endpoint's; for `https://host` that is `host:443`, as skipper's
+//! `net.SchemeHost` writes it), unless the node's `preserve_host` or the route's
 //! `preserveHost("true")` keeps the client's, or a filter set one (see
 //! [`UpstreamHost`]).
 //!
@@ -46,8 +47,12 @@ pub(super) enum Failure {
     /// After connecting, the backend closed the connection before a whole response
     /// head, or sent one that does not parse (500).
     Closed,
-    /// After connecting, the socket failed: reset, broken pipe (503).
+    /// After connecting, the socket failed: reset, broken pipe (503); also a TLS
+    /// handshake the backend broke off with an alert.
     Reset,
+    /// The TLS handshake failed on our side: the backend's certificate does not
+    /// verify for its host, or it offers nothing we speak (500).
+    Tls,
     /// The request for the backend could not be built (500).
     Internal,
     /// The client's body could not be read (bad framing): the client's fault (400).
@@ -117,7 +122,11 @@ pub(super) async fn forward(
         };
         let endpoint = &set.endpoints()[i];
         let mut target = http::uri::Parts::default();
-        target.scheme = Some(http::uri::Scheme::HTTP);
+        target.scheme = Some(if endpoint.tls {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        });
         target.authority.clone_from(&endpoint.uri_authority);
         target.path_and_query = Some(path_and_query.clone());
         let Ok(target) = Uri::from_parts(target) else {
@@ -151,12 +160,15 @@ pub(super) async fn forward(
         if attempt > 0 {
             state.stats.retries.fetch_add(1, Ordering::Relaxed);
         }
-        match tokio::time::timeout(
-            limit,
-            state.shared.clients[super::workers::current()].request(req),
-        )
-        .await
-        {
+        // Both pools answer with the same future type: a plain request pays one
+        // branch for TLS existing.
+        let worker = super::workers::current();
+        let sent = if endpoint.tls {
+            state.shared.tls_clients[worker].request(req)
+        } else {
+            state.shared.clients[worker].request(req)
+        };
+        match tokio::time::timeout(limit, sent).await {
             Ok(Ok(mut resp)) => {
                 if let Some(d) = deadline {
                     resp.extensions_mut()
@@ -180,6 +192,12 @@ pub(super) async fn forward(
                 );
                 if !connect {
                     return Err(Failure::after_connect(&e));
+                }
+                // The TCP connect of a TLS endpoint succeeded but its handshake did
+                // not: skipper does not retry that (module docs of `tls`).
+                if let Some(f) = Failure::handshake(&e) {
+                    state.stats.tls_failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(f);
                 }
                 last = Failure::Unreachable;
             }

@@ -21,6 +21,7 @@ mod service;
 #[cfg(test)]
 mod tests;
 pub use lb_model::config::TrustedProxies;
+mod tls;
 mod tunnel;
 pub mod workers;
 
@@ -44,6 +45,7 @@ use hyper_util::{
 pub use lb_model::config::{L7Config, Limits};
 pub use listen::bind;
 pub use service::ServiceState;
+pub use tls::TlsSetupError;
 use tokio::sync::watch;
 
 use super::{
@@ -57,6 +59,8 @@ pub struct Shared {
     pub(crate) limits: Limits,
     /// One backend connection pool per worker.
     pub(crate) clients: Vec<Client<HttpConnector, body::UpBody>>,
+    /// One pool per worker for `https://` endpoints ([`tls`]).
+    pub(crate) tls_clients: Vec<Client<tls::TlsConnector, body::UpBody>>,
     pub(crate) access_log: Option<Arc<AccessLog>>,
     /// Log requests of routes without an access-log rule.
     pub(crate) log_default: bool,
@@ -75,6 +79,9 @@ pub struct ServiceStats {
     pub retries: AtomicU64,
     /// Requests answered 502/503/504 by the proxy.
     pub upstream_errors: AtomicU64,
+    /// Requests whose TLS handshake with an `https://` backend failed (each also
+    /// counts as its endpoint's failure and in `responses`).
+    pub tls_failures: AtomicU64,
 }
 
 impl ServiceStats {
@@ -135,7 +142,8 @@ impl Proxy {
     /// Starts `workers` worker threads (0 = one per CPU).
     ///
     /// # Errors
-    /// A worker cannot start.
+    /// A worker cannot start, or `backend_ca_file` cannot be read (a
+    /// [`TlsSetupError`] inside the `io::Error`).
     pub fn start(
         limits: Limits,
         workers: usize,
@@ -147,16 +155,34 @@ impl Proxy {
         } else {
             workers
         };
+        let tls = tls::client_config(
+            limits.backend_ca_file.as_deref(),
+            limits.backend_tls_insecure_skip_verify,
+        )
+        .map_err(std::io::Error::other)?;
         let pool = workers::Workers::start(n)?;
-        let clients = (0..n)
+        let tcp = || {
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(limits.connect_timeout));
+            connector.set_nodelay(true);
+            connector
+        };
+        let builder = || {
+            let mut b = Client::builder(TokioExecutor::new());
+            b.pool_idle_timeout(std::time::Duration::from_secs(90))
+                .pool_max_idle_per_host(256);
+            b
+        };
+        let clients = (0..n).map(|_| builder().build(tcp())).collect();
+        let tls_clients = (0..n)
             .map(|_| {
-                let mut connector = HttpConnector::new();
-                connector.set_connect_timeout(Some(limits.connect_timeout));
-                connector.set_nodelay(true);
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(std::time::Duration::from_secs(90))
-                    .pool_max_idle_per_host(256)
-                    .build(connector)
+                let mut connector = tcp();
+                connector.enforce_http(false);
+                builder().build(tls::TlsConnector::new(
+                    connector,
+                    Arc::clone(&tls),
+                    limits.connect_timeout,
+                ))
             })
             .collect();
         let access_log = access_log.map(Arc::new);
@@ -182,6 +208,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             limits,
             clients,
+            tls_clients,
             access_log,
             log_default,
             registry: Registry::default(),

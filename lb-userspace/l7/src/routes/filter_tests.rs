@@ -1,5 +1,5 @@
 //! skipper's tests of `modRequestHeader`, `modResponseHeader`, `preserveHost`,
-//! `flowId` and `backendTimeout`, ported: their inputs and expected values, run
+//! `flowId`, `backendTimeout`, `comment` and `originMarker`, ported: their inputs and expected values, run
 //! through compiled routes. Each group names the skipper test it comes from.
 
 use std::time::Duration;
@@ -538,4 +538,41 @@ fn a_new_flow_id_replaces_every_received_one() {
     let ex = run("flowId()", "example.org", &request, UpstreamHost::Backend);
     assert!(matches!(&ex.edits[..], [HeaderEdit::Set(n, _)] if n == "x-flow-id"));
     assert_eq!(sent(&ex, &request, "x-flow-id").len(), 1);
+}
+
+/// skipper's `comment` (filters/builtin/comment.go) takes any arguments and does
+/// nothing; `originMarker` (originmarker_test.go) takes an origin, an id and an
+/// RFC 3339 time and only marks the route for metrics. Neither leaves a filter, so
+/// a route with them costs what it costs without.
+#[test]
+fn comment_and_origin_marker_compile_to_nothing() {
+    for filters in [
+        r#"comment("nothing to see")"#,
+        "comment()",
+        r#"comment("zalando.org/skipper-filter [1]", 2, /x/)"#,
+        r#"originMarker("apiUsageMonitoring", "deployment1", "2019-08-30T09:55:51Z")"#,
+        r#"comment("a") -> setRequestHeader("X-A", "1") -> comment("b")"#,
+    ] {
+        let r = route(filters);
+        let kept = usize::from(filters.contains("setRequestHeader"));
+        assert_eq!(r.filters.len(), kept, "{filters}: {:?}", r.filters);
+    }
+    for (filters, want) in [
+        (
+            r#"originMarker("a", "b")"#,
+            "originMarker: takes an origin, an id and an RFC 3339 creation time",
+        ),
+        (r#"originMarker("a", "b", "yesterday")"#, "originMarker:"),
+        (
+            r#"originMarker("a", 1, "2019-08-30T09:55:51Z")"#,
+            "originMarker: argument 2",
+        ),
+        (
+            r#"originMarker(1, "b", "2019-08-30T09:55:51Z")"#,
+            "originMarker: argument 1",
+        ),
+    ] {
+        let got = error(&format!("r: * -> {filters} -> <shunt>;"));
+        assert!(got.contains(want), "{filters}: {got}");
+    }
 }

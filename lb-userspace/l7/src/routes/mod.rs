@@ -15,9 +15,10 @@
 //! - among the routes at one tree node (or among those without a path), the one with
 //!   the highest priority that matches wins: one per `Method`, `Methods`, `Host`,
 //!   `PathRegexp`, `True`, `False`, `Cookie`, `QueryParam`, `Source`,
-//!   `SourceFromLast`, `ClientIP`, `Between`, `After` and `Before`, one per header
+//!   `SourceFromLast`, `ClientIP`, `Between`, `After`, `Before` and `Traffic`, one per header
 //!   name of `Header` and one per header name of `HeaderRegexp`, plus every `Weight(n)` (truncated to an integer);
-//!   the path predicate does not count;
+//!   the path predicate does not count, nor does `TrafficSegment` (it counts one
+//!   and weighs -1, as in skipper);
 //! - remaining ties go to the route written first (skipper's order is then
 //!   unspecified: it comes from a map).
 
@@ -46,6 +47,8 @@ pub mod template;
 mod template_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod traffic_tests;
 mod tree;
 #[cfg(test)]
 mod tree_props;
@@ -131,12 +134,17 @@ impl Route {
     /// Whether a `Method` or `Methods` predicate names CONNECT: only such a route
     /// tunnels; a CONNECT that reaches any other gets 405.
     pub fn allows_connect(&self) -> bool {
-        self.predicates.iter().any(|p| match p {
-            Predicate::Method(m) => *m == http::Method::CONNECT,
-            Predicate::Methods(m) => m.contains(&http::Method::CONNECT),
-            _ => false,
-        })
+        allows_connect(&self.predicates)
     }
+}
+
+/// Whether a `Method` or `Methods` among `predicates` names CONNECT.
+fn allows_connect(predicates: &[Predicate]) -> bool {
+    predicates.iter().any(|p| match p {
+        Predicate::Method(m) => *m == http::Method::CONNECT,
+        Predicate::Methods(m) => m.contains(&http::Method::CONNECT),
+        _ => false,
+    })
 }
 
 /// The methods skipper's `Methods` accepts.
@@ -163,6 +171,8 @@ pub struct RouteTable {
     unrouted: Box<[u32]>,
     /// Route indices sorted by id, to find a route's predecessor on reload.
     by_id: Box<[u32]>,
+    /// Whether a route has a `TrafficSegment`: only then is a request given a draw.
+    segments: bool,
 }
 
 /// What routes are compiled against.
@@ -242,11 +252,17 @@ impl RouteTable {
             .collect();
         let mut by_id: Vec<u32> = (0..len).collect();
         by_id.sort_by(|&a, &b| routes[a as usize].id.cmp(&routes[b as usize].id));
+        let segments = routes.iter().any(|r| {
+            r.predicates
+                .iter()
+                .any(|p| matches!(p, Predicate::Segment { .. }))
+        });
         Self {
             routes,
             tree,
             unrouted,
             by_id: by_id.into(),
+            segments,
         }
     }
 
@@ -271,6 +287,12 @@ impl RouteTable {
     /// form. Decoding is not idempotent (`%2569` → `%69` → `i`), so a decoded path must
     /// never go through [`RouteTable::find`] again.
     pub fn find_routed(&self, req: &RequestView<'_>) -> Option<&Route> {
+        if self.segments && req.draw.is_none() {
+            return self.find_routed(&RequestView {
+                draw: Some(crate::balance::rng::unit()),
+                ..*req
+            });
+        }
         let mut first = |candidates: &[u32]| {
             candidates
                 .iter()
@@ -383,7 +405,19 @@ fn compile_route(
             settings.mask_query.truncate(masked);
         }
     }
-    let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx);
+    let backend = compile_backend(r, settings.fade.is_some(), &mut settings, cx).and_then(|b| {
+        // A tunnel is a TCP connection of its own, never TLS; an https pool cannot
+        // carry one.
+        let tls = matches!(&b, Backend::Pool(p) if p.set.load().endpoints().iter().any(|e| e.tls));
+        if tls && allows_connect(&predicates) {
+            return Err(RouteError {
+                pos: r.backend_pos,
+                route: r.id.clone(),
+                message: "CONNECT is not tunnelled to https backends".into(),
+            });
+        }
+        Ok(b)
+    });
     let backend = match backend {
         Ok(b) if errors.is_empty() => b,
         Ok(_) => return Err(errors),
@@ -533,7 +567,39 @@ fn compile_predicate(
             Predicate::Source(of, nets)
         }
         "Between" | "After" | "Before" => interval(a)?,
-        other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False, Cookie, QueryParam, Source, SourceFromLast, ClientIP, Between, After, Before)"))),
+        "Traffic" => {
+            a.count(1, 3, "a chance, and optionally a cookie name and a group")?;
+            if a.len() == 2 {
+                return Err(a.fail(
+                    "takes a chance alone, or a chance, a cookie name and a group (stickiness)",
+                ));
+            }
+            let chance = a.num(0)?;
+            if !(0.0..=1.0).contains(&chance) {
+                return Err(a.fail(format!("chance {chance} is not between 0 and 1")));
+            }
+            let sticky = if a.len() == 3 {
+                Some((a.str(1)?.to_owned(), a.str(2)?.to_owned()))
+            } else {
+                None
+            };
+            Predicate::Traffic { chance, sticky }
+        }
+        "TrafficSegment" => {
+            a.count(2, 2, "a start and an end between 0 and 1")?;
+            let (min, max) = (a.num(0)?, a.num(1)?);
+            if !(0.0..=1.0).contains(&min) || !(0.0..=1.0).contains(&max) {
+                return Err(a.fail(format!("[{min}, {max}) is not within 0 and 1")));
+            }
+            if min > max {
+                return Err(a.fail(format!("the start {min} is after the end {max}")));
+            }
+            // skipper gives the predicate a weight of -1, so with its predicate count
+            // a segment adds nothing to the route's priority.
+            *weight = weight.saturating_sub(1);
+            Predicate::Segment { min, max }
+        }
+        other => return Err(a.fail(format!("unknown predicate `{other}` (Path, PathSubtree, PathRegexp, Host, Method, Methods, Header, HeaderRegexp, Weight, True, False, Cookie, QueryParam, Source, SourceFromLast, ClientIP, Between, After, Before, Traffic, TrafficSegment)"))),
     }))
 }
 
@@ -741,6 +807,17 @@ fn compile_filter(
             a.count(1, 1, "one key template")?;
             Filter::ConsistentHashKey(template(0)?)
         }
+        // skipper documents `comment` as doing nothing and takes any arguments
+        // (its post-processor removes it from the route); `originMarker` only feeds
+        // skipper's route-creation metrics. Neither becomes a filter here.
+        "comment" => return Ok(None),
+        "originMarker" => {
+            a.count(3, 3, "an origin, an id and an RFC 3339 creation time")?;
+            a.str(0)?;
+            a.str(1)?;
+            lb_model::units::parse_rfc3339(a.str(2)?).map_err(|e| a.fail(e))?;
+            return Ok(None);
+        }
         "consistentHashBalanceFactor" => {
             a.count(1, 1, "one number")?;
             let f = a.num(0)?;
@@ -815,29 +892,41 @@ fn compile_backend(
     Ok(Backend::Pool(Arc::new(pool)))
 }
 
-/// `http://host[:port][/path][?query]` → `host:port`. As in skipper (`net.SchemeHost`),
-/// a backend is its scheme and host: a path or query in the URL is ignored, and the
-/// backend gets the request's path. Other schemes are refused: the proxy speaks plain
-/// HTTP to its backends.
+/// A backend URL → the endpoint's address ([`EndpointSpec::authority`]):
+/// `http://host[:port][/path][?query]` → `host:port`, `https://…` →
+/// `https://host:port`. As in skipper (`net.SchemeHost`), a backend is its scheme and
+/// host, both lower-cased (`HTTP://Example.ORG` is `example.org:80`), with the
+/// scheme's port when none is given; a path, query or user in the URL is ignored and
+/// the backend gets the request's path. Other schemes are refused: the proxy speaks
+/// HTTP/1.1 and h2c to clients but only HTTP/1.1, plain or over TLS, to backends.
 pub fn endpoint_authority(url: &str) -> Result<String, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        if url.starts_with("https://") {
-            format!("{url:?}: https backends are not supported (plain http only)")
-        } else {
-            format!("{url:?} is not an http:// URL")
-        }
-    })?;
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("{url:?} is not an http:// or https:// URL"))?;
+    let (prefix, port) = if scheme.eq_ignore_ascii_case("http") {
+        ("", "80")
+    } else if scheme.eq_ignore_ascii_case("https") {
+        (crate::balance::HTTPS_PREFIX, "443")
+    } else {
+        return Err(format!(
+            "{url:?}: the scheme {scheme:?} is not supported (http or https)"
+        ));
+    };
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
     if authority.is_empty() {
         return Err(format!("{url:?} has no host"));
     }
     let has_port = authority
         .rsplit_once(':')
         .is_some_and(|(h, p)| !h.ends_with(':') && !p.contains(']') && p.parse::<u16>().is_ok());
+    let host = authority.to_ascii_lowercase();
     Ok(if has_port {
-        authority.to_owned()
+        format!("{prefix}{host}")
     } else {
-        format!("{authority}:80")
+        format!("{prefix}{host}:{port}")
     })
 }
 

@@ -189,6 +189,7 @@ pub fn plan<'r>(table: &'r RouteTable, req: &Request<'_>, preserve_host: bool) -
         peer: req.peer,
         trusted: req.trusted,
         now: req.now,
+        draw: None,
     };
     let route = table.find_routed(&view);
     let connect = parts.method == Method::CONNECT;

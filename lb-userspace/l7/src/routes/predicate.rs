@@ -164,6 +164,28 @@ pub enum Predicate {
         /// Exclusive end.
         until: Option<SystemTime>,
     },
+    /// `Traffic(chance)`: a draw of its own for every request it sees is below
+    /// `chance` (in `[0, 1]`), so two `Traffic` routes take their shares one after
+    /// the other, as in skipper. `Traffic(chance, cookie, group)`: a request with
+    /// that cookie matches exactly when its value is `group`, whatever the chance
+    /// (stickiness; setting the cookie is the route's or the backend's business);
+    /// one without it takes the chance.
+    Traffic {
+        /// Share of the requests, `[0, 1]`.
+        chance: f64,
+        /// `(cookie name, group)` of the sticky form.
+        sticky: Option<(String, String)>,
+    },
+    /// `TrafficSegment(min, max)`: the request's one draw ([`RequestView::draw`]) is
+    /// in `[min, max)`. Every segment of a table sees the same draw, so segments
+    /// that tile `[0, 1)` split the traffic exactly (`TrafficSegment(0, 1)` takes
+    /// every request, `TrafficSegment(x, x)` none).
+    Segment {
+        /// Inclusive, `[0, 1]`.
+        min: f64,
+        /// Exclusive, `[min, 1]`.
+        max: f64,
+    },
 }
 
 /// Which address a source predicate checks.
@@ -361,6 +383,11 @@ pub struct RequestView<'a> {
     pub trusted: bool,
     /// The time `Between`, `After` and `Before` compare with; `None`: the clock.
     pub now: Option<SystemTime>,
+    /// The request's draw in `[0, 1)` that every `TrafficSegment` compares with
+    /// (skipper keeps one per request in its routing context). `None`: drawn by
+    /// [`super::RouteTable::find_routed`] when the table has a segment, so a table
+    /// without one draws nothing; tests fix it.
+    pub draw: Option<f64>,
 }
 
 impl<'a> RequestView<'a> {
@@ -380,6 +407,7 @@ impl<'a> RequestView<'a> {
             peer: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
             trusted: false,
             now: None,
+            draw: None,
         }
     }
 }
@@ -432,6 +460,19 @@ impl Predicate {
             Self::Interval { from, until } => {
                 let now = req.now.unwrap_or_else(SystemTime::now);
                 from.is_none_or(|f| f <= now) && until.is_none_or(|u| now < u)
+            }
+            Self::Traffic { chance, sticky } => {
+                let group = sticky
+                    .as_ref()
+                    .and_then(|(name, group)| Some((cookie(Self::headers(req), name)?, group)));
+                match group {
+                    Some((value, group)) => value == group,
+                    None => crate::balance::rng::unit() < *chance,
+                }
+            }
+            Self::Segment { min, max } => {
+                let r = req.draw.unwrap_or_else(crate::balance::rng::unit);
+                *min <= r && r < *max
             }
         }
     }

@@ -117,8 +117,12 @@ fn compile_errors_name_route_position_and_problem() {
             "line 1, column 9: route r: unknown algorithm `fastest`",
         ),
         (
-            "r: * -> \"https://a:1\";",
-            "https backends are not supported",
+            "r: * -> \"ftp://a:1\";",
+            "line 1, column 9: route r: \"ftp://a:1\": the scheme \"ftp\" is not supported (http or https)",
+        ),
+        (
+            "r: Method(\"CONNECT\") -> \"https://a:1\";",
+            "CONNECT is not tunnelled to https backends",
         ),
         (
             "r: * -> redirectTo(200) -> <shunt>;",
@@ -614,4 +618,66 @@ fn fade_in_that_cannot_fade_is_a_route_without_fade_in() {
     };
     let f = pool.fade.expect("the last fadeIn holds");
     assert_eq!((f.window.as_secs(), f.exponent), (120, 0.5));
+}
+
+/// skipper's `net.SchemeHost`: scheme and host lower-cased, the scheme's port added
+/// when none is given, the rest of the URL dropped; ours keeps the scheme only for
+/// TLS endpoints (plain ones are `host:port`, as before).
+#[test]
+fn backend_urls_become_endpoints_as_skipper_reads_them() {
+    for (url, want) in [
+        ("http://a", "a:80"),
+        ("http://a:8080/x?y=1", "a:8080"),
+        ("HTTP://Backend.Example:81", "backend.example:81"),
+        ("Http://X", "x:80"),
+        ("https://a", "https://a:443"),
+        ("https://a:8443/p", "https://a:8443"),
+        ("HTTPS://API.Example.ORG", "https://api.example.org:443"),
+        ("https://[::1]", "https://[::1]:443"),
+        ("https://[::1]:8443", "https://[::1]:8443"),
+        ("http://user@a:1", "a:1"),
+    ] {
+        assert_eq!(super::endpoint_authority(url).as_deref(), Ok(want), "{url}");
+    }
+    for url in ["ftp://a", "a:80", "http://", "https:///x", "h2c://a"] {
+        assert!(super::endpoint_authority(url).is_err(), "{url}");
+    }
+}
+
+/// A route's https URLs become TLS endpoints: requests to them go over TLS to the
+/// `host:port`, which is also the Host they get; plain URLs stay plain.
+#[test]
+fn https_backends_compile_to_tls_endpoints() {
+    let t = table(
+        r#"a: * -> "https://api.example.org";
+           b: Path("/b") -> <random, "HTTPS://B1:8443", "https://b2:8443">;
+           c: Path("/c") -> "http://c:80";"#,
+    );
+    let endpoints = |i: usize| match &t.routes()[i].backend {
+        super::Backend::Pool(p) => p
+            .set
+            .load()
+            .endpoints()
+            .iter()
+            .map(|e| (e.authority.to_string(), e.tls, e.address().to_string()))
+            .collect::<Vec<_>>(),
+        super::Backend::Shunt => panic!("a pool"),
+    };
+    let e = |a: &str, tls: bool, addr: &str| (a.to_owned(), tls, addr.to_owned());
+    assert_eq!(
+        endpoints(0),
+        [e(
+            "api.example.org:443",
+            true,
+            "https://api.example.org:443"
+        )]
+    );
+    assert_eq!(
+        endpoints(1),
+        [
+            e("b1:8443", true, "https://b1:8443"),
+            e("b2:8443", true, "https://b2:8443")
+        ]
+    );
+    assert_eq!(endpoints(2), [e("c:80", false, "c:80")]);
 }

@@ -40,6 +40,14 @@ pub struct L7Config {
     /// (default false), for routes without a `preserveHost` filter: skipper's
     /// `-proxy-preserve-host` flag.
     pub preserve_host: bool,
+    /// A PEM file of CA certificates trusted for `https://` backends in addition to
+    /// the system's trust store, for backends behind a private CA (default "":
+    /// the system's store only). Read when the proxy starts.
+    pub backend_ca_file: String,
+    /// Accept any certificate from `https://` backends, unverified (default false):
+    /// skipper's `-insecure`. Traffic is still encrypted but open to anyone on the
+    /// path; meant for tests and migrations only.
+    pub backend_tls_insecure_skip_verify: bool,
 }
 
 impl Default for L7Config {
@@ -57,6 +65,8 @@ impl Default for L7Config {
             shutdown_timeout: DurationText::Millis(30_000),
             trusted_proxies: Vec::new(),
             preserve_host: false,
+            backend_ca_file: String::new(),
+            backend_tls_insecure_skip_verify: false,
         }
     }
 }
@@ -86,6 +96,10 @@ pub struct Limits {
     pub trusted_proxies: TrustedProxies,
     /// See [`L7Config::preserve_host`].
     pub preserve_host: bool,
+    /// See [`L7Config::backend_ca_file`]; `None` when empty.
+    pub backend_ca_file: Option<std::path::PathBuf>,
+    /// See [`L7Config::backend_tls_insecure_skip_verify`].
+    pub backend_tls_insecure_skip_verify: bool,
 }
 
 impl L7Config {
@@ -127,6 +141,9 @@ impl L7Config {
             trusted_proxies: TrustedProxies::parse(&self.trusted_proxies)
                 .map_err(|e| ("l7.trusted_proxies".to_owned(), e.to_string()))?,
             preserve_host: self.preserve_host,
+            backend_ca_file: (!self.backend_ca_file.is_empty())
+                .then(|| self.backend_ca_file.clone().into()),
+            backend_tls_insecure_skip_verify: self.backend_tls_insecure_skip_verify,
         })
     }
 }
