@@ -125,6 +125,11 @@ impl Collector for Dataplane {
                 "Flow entries ignored because their backend id now belongs to another service or generation.",
                 Counter::IdentityMismatch,
             ),
+            (
+                "tunnel_mss_clamped",
+                "TCP SYNs of ipip and gue flows whose MSS was lowered to fit the path MTU once encapsulated.",
+                Counter::MssClamped,
+            ),
         ] {
             counter(&mut e, name, help, self.get(c))?;
         }
