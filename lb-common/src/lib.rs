@@ -14,6 +14,7 @@
 #![no_std]
 
 pub mod counters;
+pub mod decap;
 pub mod hash;
 pub mod maps;
 pub mod tunnel;
@@ -21,6 +22,7 @@ pub mod tunnel;
 pub use counters::{
     BackendStats, Counter, CounterKind, Reason, Sent, TrafficStats, VipStats, XdpAction,
 };
+pub use decap::{DecapConfig, DecapCounter};
 pub use hash::flow_hash;
 pub use maps::{
     AddrKey, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, NatState,

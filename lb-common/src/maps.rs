@@ -61,6 +61,14 @@ pub mod names {
     pub const VIP_STATS: &str = "LB_VIP_STATS_V2";
     /// Per-CPU per-backend counters indexed by backend id → [`crate::BackendStats`].
     pub const BACKEND_STATS: &str = "LB_BACKEND_STATS_V2";
+    /// The backends' TC ingress program that strips `ipip`/`gue` encapsulation.
+    pub const DECAP_PROGRAM: &str = "lb_decap";
+    /// `lb_decap`'s VIPs: [`super::AddrKey`] → `u32` (reserved, zero).
+    pub const DECAP_VIPS: &str = "LB_DECAP_VIPS_V1";
+    /// `lb_decap`'s settings: index 0 → [`crate::DecapConfig`].
+    pub const DECAP_CONFIG: &str = "LB_DECAP_CONFIG_V1";
+    /// `lb_decap`'s per-CPU counters indexed by [`crate::DecapCounter`].
+    pub const DECAP_COUNTERS: &str = "LB_DECAP_COUNTERS_V1";
 }
 
 /// Most VIP entries (service ids are `< MAX_SERVICES`).
@@ -544,4 +552,5 @@ mod pod {
     unsafe impl aya::Pod for super::GlobalConfig {}
     unsafe impl aya::Pod for super::NatTimeouts {}
     unsafe impl aya::Pod for super::TunnelConfig {}
+    unsafe impl aya::Pod for crate::DecapConfig {}
 }

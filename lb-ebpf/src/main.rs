@@ -1,4 +1,4 @@
-//! The ingress XDP program.
+//! The ingress XDP program (and, for backends, the TC program `lb_decap`).
 //!
 //! Reads top to bottom: `maps` (every map) → `parse` (headers, bounds-checked) →
 //! `lookup` (VIP, backend) → `forward` (FIB lookup, MAC rewrite, transmit) → the verdict
@@ -15,6 +15,7 @@
 mod log;
 
 mod csum;
+mod decap;
 mod forward;
 mod icmp;
 mod lookup;
@@ -24,7 +25,11 @@ mod parse;
 mod stats;
 mod tunnel;
 
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 use lb_common::{Counter, ForwardingMode, Sent, maps::VipInfo};
 use parse::Kind;
 
@@ -304,6 +309,16 @@ fn nat_reply(ctx: &XdpContext, pkt: &parse::Packet, now: u64) -> Verdict {
         Err(verdict) => return verdict,
     };
     forward::to_client(ctx, pkt, &entry.client, now).forwarded_as(Sent::NatReply)
+}
+
+/// The TC ingress program of backends of `ipip`/`gue` services (not of the load
+/// balancer): strips the encapsulation of packets for this host's VIPs and hands the
+/// inner packet to the stack (see `decap.rs`).
+#[classifier]
+pub fn lb_decap(ctx: TcContext) -> i32 {
+    let counter = decap::steer(&ctx);
+    decap::count(counter);
+    decap::action(counter)
 }
 
 #[cfg(not(test))]

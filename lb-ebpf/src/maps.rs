@@ -116,3 +116,17 @@ pub static VIP_STATS: PerCpuArray<TrafficStats> = PerCpuArray::with_max_entries(
 #[map(name = "LB_BACKEND_STATS_V2")]
 pub static BACKEND_STATS: PerCpuArray<TrafficStats> =
     PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
+
+/// `lb_decap` (backends): the VIP addresses this host decapsulates for (see `decap.rs`).
+#[map(name = "LB_DECAP_VIPS_V1")]
+pub static DECAP_VIPS: HashMap<lb_common::AddrKey, u32> =
+    HashMap::with_max_entries(lb_common::decap::MAX_DECAP_VIPS, 0);
+
+/// `lb_decap`'s settings at index 0: the GUE ports.
+#[map(name = "LB_DECAP_CONFIG_V1")]
+pub static DECAP_CONFIG: Array<lb_common::DecapConfig> = Array::with_max_entries(1, 0);
+
+/// `lb_decap`'s counters, one slot per `DecapCounter`.
+#[map(name = "LB_DECAP_COUNTERS_V1")]
+pub static DECAP_COUNTERS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(lb_common::DecapCounter::COUNT, 0);

@@ -3,6 +3,7 @@
 //! [`logging`] sets up lbd's log.
 
 pub mod check;
+pub mod decap;
 pub mod logging;
 pub mod node;
 

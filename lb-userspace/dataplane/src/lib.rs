@@ -3,13 +3,15 @@
 //! the `object` feature the embedded BPF object, its loading, attaching and pinning
 //! ([`kernel::KernelDataplane`]), the migration of flow tables of another shape, the
 //! nat sweeper, and the node's own kernel state the agent changes: neighbour entries
-//! (netlink), forwarding sysctls, the bpf filesystem. With `object-log` also the log
+//! (netlink), forwarding sysctls, the bpf filesystem; and [`decap`], the backends'
+//! `lb_decap` for `ipip`/`gue` services. With `object-log` also the log
 //! build of the object, whose records [`logrelay`] forwards to the `log` crate.
 //!
 //! This is the only crate whose build needs the BPF toolchain (nightly, bpf-linker,
 //! LLVM), and only with `object`: `lbctl` reads pinned maps without it.
 
 pub mod bpffs;
+pub mod decap;
 #[cfg(feature = "object")]
 pub mod kernel;
 #[cfg(feature = "object")]

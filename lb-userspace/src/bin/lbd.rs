@@ -1,9 +1,9 @@
 //! `lbd`: the load-balancer node agent.
 
-use std::{path::PathBuf, process::ExitCode, time::Instant};
+use std::{net::IpAddr, path::PathBuf, process::ExitCode, time::Instant};
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use lb_control::runtime::{self, Ended, Settings, Stop};
 use lb_dataplane::natsweep::{SWEEP_INTERVAL, SweeperThread};
 use lb_l7::{handover, node::L7Node};
@@ -12,8 +12,11 @@ use lb_userspace::node::{self, NodeAgent as Agent};
 
 /// Load-balancer node agent: steers VIP traffic to backends with XDP.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// Without a command: run the agent of a load-balancer node.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Configuration file (TOML).
     #[arg(short, long, default_value = "/etc/lbd/lbd.toml")]
     config: PathBuf,
@@ -35,6 +38,55 @@ struct Args {
     log_format: lb_userspace::logging::LogFormat,
 }
 
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// On a backend of `ipip`/`gue` services: strip the load balancer's encapsulation
+    /// of packets for this host's VIPs (hold the VIPs on `lo` or a dummy interface).
+    /// Without --pin-path it runs until SIGINT/SIGTERM and then detaches; with it, it
+    /// stays attached after lbd exits, until `lbd decap --detach --pin-path DIR`.
+    Decap(DecapArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DecapArgs {
+    /// The interface tunnelled packets arrive on (TCX ingress).
+    #[arg(long, value_name = "IF", required_unless_present_any = ["detach", "status"])]
+    interface: Option<String>,
+    /// The VIP addresses this backend serves (IPv4 or IPv6); tunnelled packets for
+    /// any other address are dropped and counted (refused_not_vip).
+    #[arg(long = "vip", value_name = "ADDR", num_args = 1.., required_unless_present_any = ["detach", "status"])]
+    vips: Vec<IpAddr>,
+    /// UDP port of the load balancers' GUE encapsulation (their `gue_port`); up to 4,
+    /// so a port change can roll out. Without: only IPIP (protocols 4 and 41).
+    #[arg(long = "gue-port", value_name = "N")]
+    gue_ports: Vec<u16>,
+    /// Pin the maps and the TCX link in this directory (on a bpf filesystem) so the
+    /// program outlives lbd; running again with it updates the VIPs in place.
+    #[arg(long, value_name = "DIR")]
+    pin_path: Option<PathBuf>,
+    /// Detach what a run with --pin-path left attached, and remove its pins.
+    #[arg(long, requires = "pin_path", conflicts_with_all = ["status", "interface", "vips", "gue_ports"])]
+    detach: bool,
+    /// Print where a run with --pin-path is attached, its VIPs and its counters.
+    #[arg(long, requires = "pin_path", conflicts_with_all = ["interface", "vips", "gue_ports"])]
+    status: bool,
+}
+
+impl DecapArgs {
+    fn command(self) -> anyhow::Result<lb_userspace::decap::DecapCommand> {
+        use lb_userspace::decap::DecapCommand;
+        Ok(match (self.detach, self.status, self.pin_path) {
+            (true, _, Some(pin_dir)) => DecapCommand::Detach { pin_dir },
+            (_, true, Some(pin_dir)) => DecapCommand::Status { pin_dir },
+            (_, _, pin_dir) => DecapCommand::Run {
+                interface: self.interface.context("--interface is required")?,
+                settings: lb_dataplane::decap::DecapSettings::new(&self.vips, &self.gue_ports)?,
+                pin_dir,
+            },
+        })
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let format = args.log_format;
@@ -52,6 +104,15 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(Command::Decap(decap)) = args.command {
+        let command = decap.command()?;
+        return lb_userspace::decap::run(
+            lb_userspace::dataplane_object(),
+            command,
+            &mut std::io::stdout().lock(),
+        )
+        .context("lbd decap");
+    }
     let config = config::load(&args.config, lb_l7::check_routes)?;
     if args.check_config {
         println!(
