@@ -79,6 +79,10 @@ pub enum Counter {
     DropTooBig,
     /// Dropped: an `ipip`/`gue` packet, but the `lb_tunnel` program is not installed.
     DropTunnelUnavailable,
+    /// Dropped: an `ipip`/`gue` packet whose outer next hop has no resolved neighbour
+    /// entry yet (handing the inner packet to the stack would not resolve it; lbd keeps
+    /// tunnel next hops resolved, so this is a first moment's loss the client retries).
+    DropNoNeighbour,
     /// Event: a flow's second packet moved it from the embryonic to the established
     /// table.
     EmbryonicPromoted,
@@ -238,7 +242,7 @@ pub enum Sent {
 
 impl Counter {
     /// Number of counters; the size of the counter array.
-    pub const COUNT: u32 = 36;
+    pub const COUNT: u32 = 37;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
@@ -271,6 +275,7 @@ impl Counter {
         Counter::TxIcmpTooBig,
         Counter::DropTooBig,
         Counter::DropTunnelUnavailable,
+        Counter::DropNoNeighbour,
         Counter::EmbryonicPromoted,
         Counter::NonSynMiss,
         Counter::IdentityMismatch,
@@ -313,6 +318,7 @@ impl Counter {
             Counter::TxIcmpTooBig => "tx_icmp_too_big",
             Counter::DropTooBig => "drop_too_big",
             Counter::DropTunnelUnavailable => "drop_tunnel_unavailable",
+            Counter::DropNoNeighbour => "drop_no_neighbour",
             Counter::EmbryonicPromoted => "embryonic_promoted",
             Counter::NonSynMiss => "non_syn_miss",
             Counter::IdentityMismatch => "identity_mismatch",
@@ -364,6 +370,7 @@ impl Counter {
             Counter::TxIcmpTooBig => (A::Tx, R::IcmpTooBig),
             Counter::DropTooBig => (A::Drop, R::TooBig),
             Counter::DropTunnelUnavailable => (A::Drop, R::TunnelUnavailable),
+            Counter::DropNoNeighbour => (A::Drop, R::NoNeighbour),
         };
         CounterKind::Verdict { action, reason }
     }
@@ -441,7 +448,7 @@ mod tests {
                 }
                 CounterKind::Packets => assert_eq!(c, Counter::Packets),
                 CounterKind::Event => assert!(
-                    c as u32 > Counter::DropTunnelUnavailable as u32,
+                    c as u32 > Counter::DropNoNeighbour as u32,
                     "{}: events come after every verdict",
                     c.name()
                 ),

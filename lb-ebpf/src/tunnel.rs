@@ -186,6 +186,12 @@ fn to_backend(
     };
     let hop = match resolve(ctx, &q, backend_id, now) {
         Ok(hop) => hop,
+        // The stack cannot resolve the outer next hop from the inner packet (it would
+        // route it to the VIP, which is not here, and answer the client unreachable):
+        // drop it; lbd keeps tunnel next hops resolved, and the client retries.
+        Err(verdict) if verdict.reason == Counter::PassNoNeighbour => {
+            return Verdict::drop(Counter::DropNoNeighbour);
+        }
         Err(verdict) => return verdict,
     };
     let room = hop.mtu.saturating_sub(overhead as u32);

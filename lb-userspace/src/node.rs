@@ -56,6 +56,20 @@ impl Host for KernelHost {
         }
     }
 
+    fn next_hop(&mut self, addr: IpAddr) -> Option<IpAddr> {
+        match lb_dataplane::route::get(addr) {
+            Ok(route) if route.oif == self.ifindex => Some(route.next_hop),
+            Ok(route) => {
+                tracing::warn!(backend = %addr, oif = route.oif, interface = %self.interface, "the route towards a tunnel backend leaves by another interface than the data plane's");
+                None
+            }
+            Err(err) => {
+                tracing::warn!(backend = %addr, error = %err, "no route towards a tunnel backend");
+                None
+            }
+        }
+    }
+
     fn source_towards(&mut self, addr: IpAddr) -> Option<IpAddr> {
         // A connected UDP socket sends nothing; its local address is the source the
         // kernel's route towards `addr` picks.

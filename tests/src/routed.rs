@@ -200,3 +200,72 @@ impl RoutedTopology {
         }
     }
 }
+
+/// `lbd decap` running in the foreground in a backend's namespace: `lb_decap` stays
+/// attached to its `eth0` while this lives; dropping it stops the process (SIGTERM),
+/// which detaches the program.
+#[derive(Debug)]
+pub struct DecapProcess {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl DecapProcess {
+    /// Starts `lbd decap` on `eth0` of `ns` for `vips` (and GUE on `gue_port`), and
+    /// waits until it says the program is attached.
+    ///
+    /// # Panics
+    /// If it does not attach within 20 s.
+    pub fn start(ns: &Netns, vips: &[std::net::IpAddr], gue_port: u16) -> Self {
+        use std::process::{Command, Stdio};
+        let log = std::env::temp_dir().join(format!("lbd-decap-{}.log", ns.name()));
+        let out = std::fs::File::create(&log).expect("decap log");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns.name()])
+            .arg(crate::lbd::lbd_binary())
+            .args([
+                "decap",
+                "--interface",
+                HOST_IF,
+                "--gue-port",
+                &gue_port.to_string(),
+            ]);
+        for v in vips {
+            cmd.args(["--vip", &v.to_string()]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("dup"))
+            .stderr(out)
+            .spawn()
+            .expect("spawn lbd decap");
+        let me = Self { child, log };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !me.output().contains("detaches on SIGINT/SIGTERM") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "lbd decap did not attach in {}: {}",
+                ns.name(),
+                me.output()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        me
+    }
+
+    /// What it printed so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for DecapProcess {
+    fn drop(&mut self) {
+        // SAFETY: a plain signal to our own child.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}

@@ -21,6 +21,7 @@ pub mod maps;
 mod migrate;
 pub mod natsweep;
 pub mod neighbour;
+pub mod route;
 pub mod sysctl;
 
 /// The kernel's possible CPUs (what per-CPU maps are sized for), or 1 if unknown: the

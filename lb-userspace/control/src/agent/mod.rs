@@ -59,6 +59,11 @@ pub trait Host {
     /// The source address the node's routes prefer towards `addr` (the outer source of
     /// tunnel packets when `[node.tunnel]` names none), if there is a route.
     fn source_towards(&mut self, addr: IpAddr) -> Option<IpAddr>;
+
+    /// The next hop on the node's interface towards `addr` (its gateway, or `addr`
+    /// itself when on-link): what a tunnel backend's packets need resolved. `None`
+    /// when there is no route, or it leaves by another interface.
+    fn next_hop(&mut self, addr: IpAddr) -> Option<IpAddr>;
 }
 
 /// A node that changes nothing: for agents over an in-memory data plane (tests,
@@ -76,6 +81,10 @@ impl Host for NoHost {
     }
 
     fn source_towards(&mut self, _: IpAddr) -> Option<IpAddr> {
+        None
+    }
+
+    fn next_hop(&mut self, _: IpAddr) -> Option<IpAddr> {
         None
     }
 }
@@ -185,6 +194,8 @@ pub struct Agent<D, H> {
     refused: Vec<Refusal>,
     /// The tunnel settings last written to the data plane.
     tunnel: Option<lb_common::TunnelConfig>,
+    /// Next hops of tunnel backends kept resolved, by backend.
+    tunnel_hops: std::collections::BTreeMap<IpAddr, Option<IpAddr>>,
     /// Parts of the last snapshot still valid (see [`Agent::snapshot`]).
     cache: snapshot::Cache,
 }
@@ -244,6 +255,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             retry: false,
             refused: Vec::new(),
             tunnel: None,
+            tunnel_hops: std::collections::BTreeMap::new(),
             cache: snapshot::Cache::default(),
         };
         let weighted = agent.weighted_now(std::time::SystemTime::now());

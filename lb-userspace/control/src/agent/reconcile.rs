@@ -142,13 +142,20 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         if !added.is_empty() {
             self.host.keep_resolved(&added)?;
         }
+        // The FIB lookup of an IPv6 packet (an IPv6 VIP's, or the outer header to an
+        // IPv6 tunnel backend) needs IPv6 forwarding on.
+        let tunnel_v6 = |s: &ServiceSpec| {
+            matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue)
+                && s.backends.iter().any(IpAddr::is_ipv6)
+        };
         if specs
             .iter()
-            .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr))
+            .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr) || tunnel_v6(s))
         {
             self.host.enable_ipv6_forwarding()?;
         }
         self.write_tunnel(&specs)?;
+        self.resolve_tunnel_hops(&specs)?;
         let plan = self.programmer.plan(&specs);
         let result = self
             .programmer
@@ -195,6 +202,34 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         if self.tunnel != Some(want) {
             self.dataplane.set_tunnel(want)?;
             self.tunnel = Some(want);
+        }
+        Ok(())
+    }
+
+    /// Keeps the next hops of tunnel backends resolved (their gateway, usually: the
+    /// data plane's FIB lookup for the outer header needs its neighbour entry), asking
+    /// the route of each backend once, when it appears.
+    fn resolve_tunnel_hops(&mut self, specs: &[ServiceSpec]) -> Result<(), AgentError> {
+        let mut fresh = Vec::new();
+        for b in specs
+            .iter()
+            .filter(|s| matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue))
+            .flat_map(|s| s.backends.iter())
+        {
+            if self.tunnel_hops.contains_key(b) {
+                continue;
+            }
+            let hop = self.host.next_hop(*b);
+            if hop.is_none() {
+                tracing::warn!(backend = %b, "no route towards a tunnel backend on the node's interface: its packets are dropped (drop_no_route)");
+            }
+            self.tunnel_hops.insert(*b, hop);
+            fresh.extend(hop);
+        }
+        fresh.sort_unstable();
+        fresh.dedup();
+        if !fresh.is_empty() {
+            self.host.keep_resolved(&fresh)?;
         }
         Ok(())
     }
