@@ -21,6 +21,16 @@ pub mod names {
     pub const PROGS_V1: &str = "LB_PROGS_V1";
     /// A program that passes everything (benchmark floor, veth peers).
     pub const XDP_PASS_PROGRAM: &str = "xdp_pass";
+    /// The TC ingress twin of [`XDP_PROGRAM`] (`node.hook = "tc"`).
+    pub const TC_PROGRAM: &str = "lb_tc";
+    /// [`NAT_PROGRAM`] of [`TC_PROGRAM`].
+    pub const TC_NAT_PROGRAM: &str = "lb_tc_nat";
+    /// [`NAT_ICMP_PROGRAM`] of [`TC_PROGRAM`].
+    pub const TC_NAT_ICMP_PROGRAM: &str = "lb_tc_nat_icmp";
+    /// [`TUNNEL_PROGRAM`] of [`TC_PROGRAM`].
+    pub const TC_TUNNEL_PROGRAM: &str = "lb_tc_tunnel";
+    /// Tail-call targets of [`TC_PROGRAM`], at the indices of [`PROGS`].
+    pub const TC_PROGS: &str = "LB_TC_PROGS_V1";
     /// VIP lookup: [`super::VipKey`] → [`super::VipInfo`].
     pub const VIPS: &str = "LB_VIPS_V2";
     /// Backends by id: index → [`super::Backend`].

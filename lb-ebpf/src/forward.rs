@@ -5,18 +5,17 @@
 use core::mem::size_of;
 
 use aya_ebpf::{
-    EbpfContext,
     bindings::{
         BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup as FibParams,
         xdp_action,
     },
-    helpers::{bpf_fib_lookup, bpf_ktime_get_coarse_ns, bpf_redirect},
-    programs::XdpContext,
+    helpers::{bpf_fib_lookup, bpf_ktime_get_coarse_ns},
 };
 use lb_common::{Backend, Counter, maps::BACKEND_F_IPV6};
 
 use crate::{
     Verdict,
+    ctx::Ctx,
     maps::{FIB_SCRATCH, NEXT_HOPS},
     parse::{EthHdr, Packet},
 };
@@ -110,7 +109,7 @@ unsafe fn write_mac(dst: *mut [u8; 6], mac: &[u8; 6]) {
 /// family has no route.
 #[inline(always)]
 pub fn to_backend(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     pkt: &Packet,
     backend_id: u32,
     backend: &Backend,
@@ -124,7 +123,7 @@ pub fn to_backend(
         src: &pkt.key.src,
         dst: &backend.addr,
         proto: pkt.key.proto,
-        tot_len: pkt.ip_len,
+        tot_len: ctx.fib_len(pkt.ip_len),
     };
     match resolve(ctx, &q, Some(backend_id), now) {
         Ok(hop) => send(ctx, pkt.eth, &hop),
@@ -135,13 +134,13 @@ pub fn to_backend(
 /// Sends a (translated) reply towards `client`: the FIB picks the next hop; clients
 /// are too many to cache.
 #[inline(always)]
-pub fn to_client(ctx: &XdpContext, pkt: &Packet, client: &[u8; 16], now: u64) -> Verdict {
+pub fn to_client(ctx: &impl Ctx, pkt: &Packet, client: &[u8; 16], now: u64) -> Verdict {
     let q = Query {
         ipv6: pkt.ipv6,
         src: &pkt.key.src,
         dst: client,
         proto: pkt.key.proto,
-        tot_len: pkt.ip_len,
+        tot_len: ctx.fib_len(pkt.ip_len),
     };
     match resolve(ctx, &q, None, now) {
         Ok(hop) => send(ctx, pkt.eth, &hop),
@@ -165,7 +164,7 @@ pub fn now() -> u64 {
 /// stack once; no route (or, with `tot_len`, a packet over the route's MTU) drops it.
 #[inline(always)]
 pub fn resolve(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     q: &Query<'_>,
     cache_id: Option<u32>,
     now: u64,
@@ -195,7 +194,7 @@ pub fn resolve(
         (*fib).sport = 0;
         (*fib).dport = 0;
         (*fib).__bindgen_anon_1.tot_len = q.tot_len;
-        (*fib).ifindex = ctx.ingress_ifindex() as u32;
+        (*fib).ifindex = ctx.ingress_ifindex();
         (*fib).__bindgen_anon_2.flowinfo = 0;
         if q.ipv6 {
             (*fib).family = AF_INET6;
@@ -240,17 +239,15 @@ pub fn resolve(
 /// Rewrites the MACs of the frame at `eth` and transmits: back out of the ingress
 /// interface, or redirected.
 #[inline(always)]
-pub fn send(ctx: &XdpContext, eth: *mut EthHdr, hop: &Hop) -> Verdict {
+pub fn send(ctx: &impl Ctx, eth: *mut EthHdr, hop: &Hop) -> Verdict {
     // SAFETY: the caller's eth was bounds-checked for this (possibly resized) packet.
     unsafe {
         write_mac(&raw mut (*eth).dst, &hop.dmac);
         write_mac(&raw mut (*eth).src, &hop.smac);
     }
-    if hop.ifindex == ctx.ingress_ifindex() as u32 {
+    if hop.ifindex == ctx.ingress_ifindex() {
         Verdict::forward(xdp_action::XDP_TX, Counter::Tx)
     } else {
-        // SAFETY: plain helper call; it returns XDP_REDIRECT or XDP_ABORTED.
-        let action = unsafe { bpf_redirect(hop.ifindex, 0) } as u32;
-        Verdict::forward(action, Counter::Redirect)
+        Verdict::forward(ctx.redirect(hop.ifindex), Counter::Redirect)
     }
 }

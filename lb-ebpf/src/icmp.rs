@@ -8,7 +8,6 @@
 //!   in the echo map (the node does not hold VIPs itself, so the stack would not).
 //! - Everything else ICMP passes to the stack untouched.
 
-use aya_ebpf::programs::XdpContext;
 use lb_common::{
     Backend, Counter, FlowKey,
     maps::{proto, v4_mapped},
@@ -16,6 +15,7 @@ use lb_common::{
 
 use crate::{
     Verdict,
+    ctx::Ctx,
     parse::{EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, Packet, l4_ports, ptr_at},
 };
 
@@ -38,14 +38,14 @@ pub struct IcmpHdr {
 }
 
 #[inline(always)]
-fn icmp_hdr(ctx: &XdpContext, offset: usize) -> Result<*mut IcmpHdr, Verdict> {
+fn icmp_hdr(ctx: &impl Ctx, offset: usize) -> Result<*mut IcmpHdr, Verdict> {
     ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))
 }
 
 /// Classifies an IPv4 ICMP packet whose header is at `l3`.
 #[inline(always)]
 pub fn v4(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     eth: *mut EthHdr,
     l3: usize,
     ip: &Ipv4Hdr,
@@ -109,7 +109,7 @@ pub fn v4(
 /// Classifies an ICMPv6 packet whose IPv6 header is at `l3`.
 #[inline(always)]
 pub fn v6(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     eth: *mut EthHdr,
     l3: usize,
     ip: &Ipv6Hdr,
@@ -183,7 +183,7 @@ pub fn csum_replace(check: u16, old: u16, new: u16) -> u16 {
 /// MACs swapped (checksums are sums, so swapping changes nothing), type set to reply
 /// with the checksum updated incrementally.
 #[inline(always)]
-pub fn echo_reply(ctx: &XdpContext, pkt: &Packet, l3: usize, l4: usize) -> Verdict {
+pub fn echo_reply(ctx: &impl Ctx, pkt: &Packet, l3: usize, l4: usize) -> Verdict {
     let malformed = Verdict::drop(Counter::DropMalformed);
     let Ok(icmp) = icmp_hdr(ctx, l4) else {
         return malformed;
@@ -230,7 +230,7 @@ pub fn echo_reply(ctx: &XdpContext, pkt: &Packet, l3: usize, l4: usize) -> Verdi
 /// False if a header is not in the packet.
 #[inline(always)]
 pub fn nat_translate(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     pkt: &Packet,
     backend: &Backend,
     nat: &[u8; 16],
@@ -334,7 +334,7 @@ fn quoted_ports(old: &[u8; 4], backend_port_be: u16, nat_port_be: u16) -> [u8; 4
 /// quoted header and 8 bytes after it, an ICMP "fragmentation needed" from the
 /// flow's VIP to its client with next-hop MTU `mtu`.
 #[inline(always)]
-pub fn write_frag_needed_v4(ctx: &XdpContext, l3: usize, key: &FlowKey, mtu: u32) -> bool {
+pub fn write_frag_needed_v4(ctx: &impl Ctx, l3: usize, key: &FlowKey, mtu: u32) -> bool {
     const LEN: u16 = (IPV4_LEN + ICMP_LEN + IPV4_LEN + 8) as u16;
     let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, l3) else {
         return false;
@@ -387,7 +387,7 @@ pub fn write_frag_needed_v4(ctx: &XdpContext, l3: usize, key: &FlowKey, mtu: u32
 /// quoted header and 8 bytes after it, an ICMPv6 "packet too big" from the flow's VIP
 /// to its client with MTU `mtu` (at least IPv6's 1280).
 #[inline(always)]
-pub fn write_too_big_v6(ctx: &XdpContext, l3: usize, key: &FlowKey, mtu: u32) -> bool {
+pub fn write_too_big_v6(ctx: &impl Ctx, l3: usize, key: &FlowKey, mtu: u32) -> bool {
     const BODY: usize = ICMP_LEN + IPV6_LEN + 8;
     let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else {
         return false;

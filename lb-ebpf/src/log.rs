@@ -43,22 +43,23 @@ pub use records::*;
 #[cfg(feature = "log")]
 mod records {
     use aya_ebpf::{
-        bindings::xdp_action,
-        macros::{map, xdp},
+        EbpfContext,
+        bindings::{TC_ACT_SHOT, xdp_action},
+        macros::{classifier, map, xdp},
         maps::{PerCpuArray, ProgramArray},
-        programs::XdpContext,
+        programs::{TcContext, XdpContext},
     };
     use aya_log_ebpf::{debug, warn};
     use lb_common::{Backend, Counter, FlowKey};
 
-    use crate::{Verdict, lookup::NoChoice};
+    use crate::{Verdict, ctx::Ctx, lookup::NoChoice};
 
     /// What the packet on this CPU did that `lb_log` should write down.
     #[repr(C)]
     pub struct Note {
         /// `NOTE_*` bits: which records to write besides the verdict's.
         what: u32,
-        /// The verdict: `lb_log` returns it.
+        /// The verdict in the hook's own terms: `lb_log` returns it.
         action: u32,
         reason: Counter,
         backend_id: u32,
@@ -74,6 +75,8 @@ mod records {
     const NOTE_NAT_NO_PORT: u32 = 2;
     /// A `nat` flow found the nat maps full.
     const NOTE_NAT_TABLE_FULL: u32 = 4;
+    /// The packet was dropped.
+    const NOTE_DROP: u32 = 8;
 
     /// This CPU's packet's notes, from its first program to `lb_log`.
     #[map(name = "LB_LOG_NOTE")]
@@ -82,6 +85,10 @@ mod records {
     /// `lb_log` at index 0, installed by the data plane when it loads a log build.
     #[map(name = "LB_LOG_PROGS")]
     pub static LOG_PROGS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+    /// `lb_tc_log` at index 0: [`LOG_PROGS`] of the TC programs.
+    #[map(name = "LB_TC_LOG_PROGS")]
+    pub static TC_LOG_PROGS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
     #[inline(always)]
     fn note() -> Option<*mut Note> {
@@ -120,18 +127,26 @@ mod records {
         }
     }
 
-    /// Ends the packet's program in `lb_log` with its verdict. Returns only if the
-    /// tail call fails (no `lb_log` installed); then the notes are forgotten.
+    /// Ends the packet's program in the hook's `lb_log` with its verdict, `action`
+    /// in the hook's terms. Returns only if the tail call fails (no `lb_log`
+    /// installed); then the notes are forgotten.
     #[inline(always)]
-    pub fn hand_over(ctx: &XdpContext, verdict: Verdict) {
+    pub fn hand_over<C: Ctx>(ctx: &C, verdict: Verdict, action: u32) {
         let Some(note) = note() else {
             return;
         };
-        // SAFETY: as in `new_flow`; LOG_PROGS holds only XDP programs.
+        // SAFETY: as in `new_flow`; each log array holds programs of its hook's type.
         unsafe {
-            (*note).action = verdict.action;
+            (*note).action = action;
             (*note).reason = verdict.reason;
-            LOG_PROGS.tail_call(ctx, 0);
+            if verdict.action == xdp_action::XDP_DROP {
+                (*note).what |= NOTE_DROP;
+            }
+            if C::SKB {
+                TC_LOG_PROGS.tail_call(ctx, 0);
+            } else {
+                LOG_PROGS.tail_call(ctx, 0);
+            }
             (*note).what = 0;
         }
     }
@@ -139,16 +154,26 @@ mod records {
     /// Writes the records of the packet `hand_over` noted, and returns its verdict.
     #[xdp]
     pub fn lb_log(ctx: XdpContext) -> u32 {
-        let Some(note) = note() else {
-            return xdp_action::XDP_ABORTED;
-        };
+        write(&ctx).unwrap_or(xdp_action::XDP_ABORTED)
+    }
+
+    /// `lb_log` of the TC programs.
+    #[classifier]
+    pub fn lb_tc_log(ctx: TcContext) -> i32 {
+        write(&ctx).map_or(TC_ACT_SHOT, |action| action as i32)
+    }
+
+    /// The records of the noted packet; its verdict.
+    #[inline(always)]
+    fn write(ctx: &impl EbpfContext) -> Option<u32> {
+        let note = note()?;
         // SAFETY: as in `new_flow`.
         let note = unsafe { &mut *note };
         let key = &note.key;
         let (src_port, dst_port) = (u16::from_be(key.src_port_be), u16::from_be(key.dst_port_be));
         if note.what & NOTE_NEW_FLOW != 0 {
             debug!(
-                &ctx,
+                ctx,
                 "new flow {:i}:{} -> {:i}:{} proto {}: backend {} {:i}",
                 key.src,
                 src_port,
@@ -166,7 +191,7 @@ mod records {
                 "nat table full"
             };
             warn!(
-                &ctx,
+                ctx,
                 "{} for {:i}:{} -> {:i}:{} proto {}",
                 what,
                 key.src,
@@ -176,10 +201,10 @@ mod records {
                 key.proto
             );
         }
-        if note.action == xdp_action::XDP_DROP {
-            debug!(&ctx, "drop: {}", note.reason.name());
+        if note.what & NOTE_DROP != 0 {
+            debug!(ctx, "drop: {}", note.reason.name());
         }
         note.what = 0;
-        note.action
+        Some(note.action)
     }
 }

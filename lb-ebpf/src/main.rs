@@ -1,4 +1,7 @@
-//! The ingress XDP program (and, for backends, the TC program `lb_decap`).
+//! The ingress programs: `lb_xdp` on the XDP hook and its twin `lb_tc` on TC ingress
+//! (`node.hook = "tc"`), the same steering on either context (`ctx`), each with its
+//! own tail-call programs (a program array holds one program type); and, for
+//! backends, the TC program `lb_decap`.
 //!
 //! Reads top to bottom: `maps` (every map) → `parse` (headers, bounds-checked) →
 //! `lookup` (VIP, backend) → `forward` (FIB lookup, MAC rewrite, transmit) → the verdict
@@ -15,6 +18,7 @@
 mod log;
 
 mod csum;
+mod ctx;
 mod decap;
 mod forward;
 mod icmp;
@@ -30,6 +34,7 @@ use aya_ebpf::{
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
+use ctx::Ctx;
 use lb_common::{Counter, ForwardingMode, Sent, maps::VipInfo};
 use parse::Kind;
 
@@ -74,6 +79,20 @@ impl Verdict {
         }
     }
 
+    /// The verdict as one integer (see `tunnel::too_big`).
+    pub const fn pack(self) -> u64 {
+        self.action as u64 | ((self.reason as u64) << 32)
+    }
+
+    /// The verdict [`Verdict::pack`] made `bits` of.
+    pub const fn unpack(bits: u64) -> Self {
+        Self {
+            action: bits as u32,
+            // SAFETY: the upper half is a `Counter`, as `pack` wrote it.
+            reason: unsafe { core::mem::transmute::<u32, Counter>((bits >> 32) as u32) },
+        }
+    }
+
     /// Whether the packet leaves towards a backend.
     pub const fn forwarded(&self) -> bool {
         matches!(
@@ -96,8 +115,26 @@ impl Verdict {
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
     let verdict = steer(&ctx);
     stats::count(verdict.reason);
-    if_log! { log::hand_over(&ctx, verdict); }
+    if_log! { log::hand_over(&ctx, verdict, verdict.action); }
     verdict.action
+}
+
+/// `lb_xdp` on TC ingress: the same steering, maps and counters; the verdict mapped to
+/// TC's (see `ctx.rs`).
+#[classifier]
+pub fn lb_tc(ctx: TcContext) -> i32 {
+    ctx::pull_headers(&ctx);
+    let verdict = steer(&ctx);
+    tc_end(&ctx, verdict)
+}
+
+/// Counts a TC program's verdict and maps it to TC's.
+#[inline(always)]
+fn tc_end(ctx: &TcContext, verdict: Verdict) -> i32 {
+    stats::count(verdict.reason);
+    let action = ctx::tc_action(ctx, verdict.action);
+    if_log! { log::hand_over(ctx, verdict, action as u32); }
+    action
 }
 
 /// Passes every packet untouched. It is the floor the per-packet benchmark measures
@@ -111,7 +148,7 @@ pub fn xdp_pass(_ctx: XdpContext) -> u32 {
 
 /// Parses the packet, finds its VIP and backend, and forwards it.
 #[inline(always)]
-fn steer(ctx: &XdpContext) -> Verdict {
+fn steer(ctx: &impl Ctx) -> Verdict {
     let pkt = match parse::packet::<true>(ctx) {
         Ok(pkt) => pkt,
         Err(verdict) => return verdict,
@@ -169,7 +206,7 @@ fn steer(ctx: &XdpContext) -> Verdict {
     )
 )]
 fn count_forwarded(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     pkt: &parse::Packet,
     vip: &VipInfo,
     choice: &lookup::Choice,
@@ -201,14 +238,13 @@ fn no_choice(why: lookup::NoChoice) -> Verdict {
 /// Continues in `lb_nat`. Only returns if the tail call fails (the agent has not
 /// installed `lb_nat`), and then the packet is dropped.
 #[inline(always)]
-fn to_nat_program(ctx: &XdpContext) -> Verdict {
+fn to_nat_program(ctx: &impl Ctx) -> Verdict {
     tail_call(ctx, maps::PROG_NAT)
 }
 
 #[inline(always)]
-fn tail_call(ctx: &XdpContext, index: u32) -> Verdict {
-    // SAFETY: ctx is this program's context; PROGS holds only XDP programs.
-    unsafe { maps::PROGS.tail_call(ctx, index) };
+fn tail_call(ctx: &impl Ctx, index: u32) -> Verdict {
+    ctx.tail_call(index);
     Verdict::drop(Counter::DropNatUnavailable)
 }
 
@@ -218,8 +254,15 @@ fn tail_call(ctx: &XdpContext, index: u32) -> Verdict {
 pub fn lb_tunnel(ctx: XdpContext) -> u32 {
     let verdict = tunnel::steer(&ctx);
     stats::count(verdict.reason);
-    if_log! { log::hand_over(&ctx, verdict); }
+    if_log! { log::hand_over(&ctx, verdict, verdict.action); }
     verdict.action
+}
+
+/// `lb_tunnel` of `lb_tc`.
+#[classifier]
+pub fn lb_tc_tunnel(ctx: TcContext) -> i32 {
+    let verdict = tunnel::steer(&ctx);
+    tc_end(&ctx, verdict)
 }
 
 /// `nat` mode ICMP errors about the node's translated replies, reached by tail call
@@ -228,12 +271,19 @@ pub fn lb_tunnel(ctx: XdpContext) -> u32 {
 pub fn lb_nat_icmp(ctx: XdpContext) -> u32 {
     let verdict = steer_nat_icmp(&ctx);
     stats::count(verdict.reason);
-    if_log! { log::hand_over(&ctx, verdict); }
+    if_log! { log::hand_over(&ctx, verdict, verdict.action); }
     verdict.action
 }
 
+/// `lb_nat_icmp` of `lb_tc`.
+#[classifier]
+pub fn lb_tc_nat_icmp(ctx: TcContext) -> i32 {
+    let verdict = steer_nat_icmp(&ctx);
+    tc_end(&ctx, verdict)
+}
+
 #[inline(always)]
-fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
+fn steer_nat_icmp(ctx: &impl Ctx) -> Verdict {
     let pkt = match parse::packet::<true>(ctx) {
         Ok(pkt) if pkt.kind == Kind::IcmpError => pkt,
         Ok(_) => return Verdict::pass(Counter::PassNotVip),
@@ -269,20 +319,27 @@ fn steer_nat_icmp(ctx: &XdpContext) -> Verdict {
 pub fn lb_nat(ctx: XdpContext) -> u32 {
     let verdict = steer_nat(&ctx);
     stats::count(verdict.reason);
-    if_log! { log::hand_over(&ctx, verdict); }
+    if_log! { log::hand_over(&ctx, verdict, verdict.action); }
     verdict.action
 }
 
+/// `lb_nat` of `lb_tc`.
+#[classifier]
+pub fn lb_tc_nat(ctx: TcContext) -> i32 {
+    let verdict = steer_nat(&ctx);
+    tc_end(&ctx, verdict)
+}
+
 #[inline(always)]
-fn steer_nat(ctx: &XdpContext) -> Verdict {
-    let pkt = match parse::packet::<false>(ctx) {
+fn steer_nat(ctx: &impl Ctx) -> Verdict {
+    let mut pkt = match parse::packet::<false>(ctx) {
         Ok(pkt) if pkt.kind == Kind::Flow => pkt,
         Ok(_) => return Verdict::pass(Counter::PassNotVip),
         Err(verdict) => return verdict,
     };
     let now = forward::now();
     let Some(vip) = lookup::vip(&pkt.key) else {
-        return nat_reply(ctx, &pkt, now);
+        return nat_reply(ctx, &mut pkt, now);
     };
     let choice = match nat::flow(vip, &pkt, now) {
         Ok(choice) => choice,
@@ -297,17 +354,23 @@ fn steer_nat(ctx: &XdpContext) -> Verdict {
     if let Err(verdict) = nat::to_backend(ctx, &pkt, choice.backend, choice.nat_port_be) {
         return verdict;
     }
+    if !parse::refresh(ctx, &mut pkt) {
+        return Verdict::drop(Counter::DropMalformed);
+    }
     let verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
     count_forwarded(ctx, &pkt, vip, &choice, verdict)
 }
 
 /// A packet to the NAT address: translate a reply back and send it to the client.
 #[inline(always)]
-fn nat_reply(ctx: &XdpContext, pkt: &parse::Packet, now: u64) -> Verdict {
+fn nat_reply(ctx: &impl Ctx, pkt: &mut parse::Packet, now: u64) -> Verdict {
     let entry = match nat::reply(ctx, pkt, now) {
         Ok(entry) => entry,
         Err(verdict) => return verdict,
     };
+    if !parse::refresh(ctx, pkt) {
+        return Verdict::drop(Counter::DropMalformed);
+    }
     forward::to_client(ctx, pkt, &entry.client, now).forwarded_as(Sent::NatReply)
 }
 

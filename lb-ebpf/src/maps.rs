@@ -91,6 +91,11 @@ pub const PROG_NAT_ICMP: u32 = 1;
 /// Index of `lb_tunnel` in [`PROGS`].
 pub const PROG_TUNNEL: u32 = 2;
 
+/// [`PROGS`] of `lb_tc`: its TC twins `lb_tc_nat`, `lb_tc_nat_icmp` and
+/// `lb_tc_tunnel`, at the same indices (a program array holds one program type).
+#[map(name = "LB_TC_PROGS_V1")]
+pub static TC_PROGS: ProgramArray = ProgramArray::with_max_entries(3, 0);
+
 /// Per-CPU hand-over from `lb_xdp` to `lb_tunnel`: the packet as parsed and the
 /// backend chosen, so the encapsulation neither parses nor looks up again.
 #[map(name = "LB_TUNNEL_JOBS")]

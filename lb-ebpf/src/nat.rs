@@ -20,9 +20,8 @@
 //! UDP over IPv4 with a zero checksum keeps it zero (no checksum, RFC 768).
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
-    helpers::{bpf_csum_diff, bpf_get_smp_processor_id},
-    programs::XdpContext,
+    bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
+    helpers::{bpf_csum_diff, bpf_get_smp_processor_id, bpf_l3_csum_replace, bpf_l4_csum_replace},
 };
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, NatState, VipInfo, flow_hash,
@@ -33,6 +32,7 @@ use lb_common::{
 
 use crate::{
     Verdict, csum,
+    ctx::Ctx,
     lookup::{Choice, NoChoice, entry_for, table_choice, valid},
     maps::{BACKENDS, CONFIG, NAT, NAT_FLOWS, NAT_SCRATCH},
     parse::{Ipv4Hdr, Ipv6Hdr, L4Ports, Packet, ptr_at, tcp},
@@ -488,7 +488,7 @@ fn take_over(sc: *mut Scratch, now: u64) -> bool {
 /// a config, so this is a guard, not a path).
 #[inline(always)]
 pub fn to_backend(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     pkt: &Packet,
     backend: &Backend,
     port_be: u16,
@@ -517,7 +517,7 @@ pub fn to_backend(
     reason = "a key passed by value would be copied onto lb_nat's nearly full stack"
 )]
 #[inline(always)]
-pub fn reply(ctx: &XdpContext, pkt: &Packet, now: u64) -> Result<&'static NatEntry, Verdict> {
+pub fn reply(ctx: &impl Ctx, pkt: &Packet, now: u64) -> Result<&'static NatEntry, Verdict> {
     let Some(r) = NAT.get_ptr_mut(&pkt.key) else {
         return Err(Verdict::pass(Counter::PassNatUnknown));
     };
@@ -608,7 +608,10 @@ unsafe fn diff(old: *const u8, new: *const u8, len: u32, seed: u32) -> u32 {
 // Inlined: a BPF-to-BPF call would receive the packet bounds as plain integers, and
 // the verifier rejects the arithmetic the callee does on them.
 #[inline(always)]
-fn rewrite(ctx: &XdpContext, pkt: &Packet, to: &Rewrite) -> bool {
+fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
+    if C::SKB {
+        return rewrite_skb(ctx, pkt, to);
+    }
     let (src, dst, sport_be, dport_be) = (&to.src, &to.dst, to.sport_be, to.dport_be);
     let Some(ports) = ptr_at::<L4Ports>(ctx, pkt.l4) else {
         return false;
@@ -663,4 +666,65 @@ fn rewrite(ctx: &XdpContext, pkt: &Packet, to: &Rewrite) -> bool {
         (*ports).dst = dport_be.to_ne_bytes();
     }
     true
+}
+
+/// [`rewrite`] on an skb (TC), whose checksum may be `CHECKSUM_PARTIAL` (a GRO-merged
+/// packet, or one a local sender left to offload): then the L4 field holds only the
+/// pseudo header's sum, which must follow the addresses but not the ports. The
+/// kernel's helpers know the skb's state and keep `skb->csum` of a `CHECKSUM_COMPLETE`
+/// one right too; the differences are summed here as for XDP. A UDP checksum of zero
+/// stays zero (`BPF_F_MARK_MANGLED_0`), and one that comes out zero is sent as 0xffff.
+/// Packet pointers taken before are invalid afterwards (see `parse::refresh`).
+#[inline(always)]
+fn rewrite_skb<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
+    let skb = ctx.as_ptr().cast::<aya_ebpf::bindings::__sk_buff>();
+    let Some(ports) = ptr_at::<L4Ports>(ctx, pkt.l4) else {
+        return false;
+    };
+    let check_at = pkt.l4 + if pkt.key.proto == proto::TCP { 16 } else { 6 };
+    let mangled = if pkt.key.proto == proto::UDP {
+        u64::from(BPF_F_MARK_MANGLED_0)
+    } else {
+        0
+    };
+    // SAFETY: every pointer was bounds-checked by ptr_at; the helpers come after the
+    // last access through one.
+    unsafe {
+        let new_ports = {
+            let (s, d) = (to.sport_be.to_ne_bytes(), to.dport_be.to_ne_bytes());
+            [s[0], s[1], d[0], d[1]]
+        };
+        let port_diff = diff(ports.cast(), new_ports.as_ptr(), 4, 0);
+        let (addr_diff, ip_check_at) = if pkt.ipv6 {
+            let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
+                return false;
+            };
+            // Source and destination follow each other in the header and in `to`.
+            let new = (to as *const Rewrite).cast::<u8>();
+            let d = diff((*ip).src.as_ptr(), new, 32, 0);
+            (*ip).src = to.src;
+            (*ip).dst = to.dst;
+            (d, None)
+        } else {
+            let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
+                return false;
+            };
+            let (src4, dst4) = (to.src.as_ptr().add(12), to.dst.as_ptr().add(12));
+            let mut d = diff((*ip).src.as_ptr(), src4, 4, 0);
+            d = diff((*ip).dst.as_ptr(), dst4, 4, d);
+            (*ip).src = csum::v4_of(&to.src);
+            (*ip).dst = csum::v4_of(&to.dst);
+            (d, Some(pkt.l3 + 10))
+        };
+        (*ports).src = to.sport_be.to_ne_bytes();
+        (*ports).dst = to.dport_be.to_ne_bytes();
+        if let Some(at) = ip_check_at
+            && bpf_l3_csum_replace(skb, at as u32, 0, u64::from(addr_diff), 0) != 0
+        {
+            return false;
+        }
+        let pseudo = u64::from(BPF_F_PSEUDO_HDR) | mangled;
+        bpf_l4_csum_replace(skb, check_at as u32, 0, u64::from(addr_diff), pseudo) == 0
+            && bpf_l4_csum_replace(skb, check_at as u32, 0, u64::from(port_diff), mangled) == 0
+    }
 }

@@ -12,13 +12,12 @@
 
 use core::mem::size_of;
 
-use aya_ebpf::programs::XdpContext;
 use lb_common::{
     Counter, FlowKey,
     maps::{proto, v4_mapped},
 };
 
-use crate::Verdict;
+use crate::{Verdict, ctx::Ctx};
 
 /// Ethernet II header.
 #[repr(C)]
@@ -102,13 +101,27 @@ const IPV4_FRAG_MASK: u16 = 0x3fff;
 
 /// A bounds-checked pointer to a `T` at `offset` bytes into the packet.
 #[inline(always)]
-pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
+pub fn ptr_at<T>(ctx: &impl Ctx, offset: usize) -> Option<*mut T> {
     let start = ctx.data();
     let end = ctx.data_end();
     if start + offset + size_of::<T>() > end {
         return None;
     }
     Some((start + offset) as *mut T)
+}
+
+/// Takes the Ethernet header pointer again after a helper that may have moved the
+/// packet (on an skb, `bpf_l3/l4_csum_replace`); on XDP it is never stale. False if
+/// the frame is too short (it cannot have become so).
+#[inline(always)]
+pub fn refresh<C: Ctx>(ctx: &C, pkt: &mut Packet) -> bool {
+    if C::SKB {
+        match ptr_at(ctx, 0) {
+            Some(eth) => pkt.eth = eth,
+            None => return false,
+        }
+    }
+    true
 }
 
 /// A TCP or UDP packet over IPv4 or IPv6, with what lookup and forwarding need.
@@ -176,7 +189,7 @@ fn l4_min_len(proto: u8) -> Option<u16> {
 /// # Errors
 /// The verdict for anything else (see the module policy).
 #[inline(always)]
-pub fn packet<const ICMP: bool>(ctx: &XdpContext) -> Result<Packet, Verdict> {
+pub fn packet<const ICMP: bool>(ctx: &impl Ctx) -> Result<Packet, Verdict> {
     let malformed = Verdict::drop(Counter::DropMalformed);
     let eth: *mut EthHdr = ptr_at(ctx, 0).ok_or(malformed)?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
@@ -188,7 +201,7 @@ pub fn packet<const ICMP: bool>(ctx: &XdpContext) -> Result<Packet, Verdict> {
         ether_type = unsafe { (*tag).ether_type };
         l3 += VLAN_LEN;
     }
-    let frame_len = ctx.data_end() - ctx.data();
+    let frame_len = ctx.len();
     if ether_type == ETH_P_IPV4 {
         ipv4::<ICMP>(ctx, eth, l3, frame_len)
     } else if ether_type == ETH_P_IPV6 {
@@ -200,7 +213,7 @@ pub fn packet<const ICMP: bool>(ctx: &XdpContext) -> Result<Packet, Verdict> {
 
 #[inline(always)]
 fn ipv4<const ICMP: bool>(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     eth: *mut EthHdr,
     l3: usize,
     frame_len: usize,
@@ -258,7 +271,7 @@ fn ipv4<const ICMP: bool>(
 
 #[inline(always)]
 fn ipv6<const ICMP: bool>(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     eth: *mut EthHdr,
     l3: usize,
     frame_len: usize,
@@ -311,7 +324,7 @@ fn ipv6<const ICMP: bool>(
 }
 
 #[inline(always)]
-pub fn l4_ports(ctx: &XdpContext, offset: usize) -> Result<&L4Ports, Verdict> {
+pub fn l4_ports(ctx: &impl Ctx, offset: usize) -> Result<&L4Ports, Verdict> {
     let ports: *const L4Ports = ptr_at(ctx, offset).ok_or(Verdict::drop(Counter::DropMalformed))?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
     Ok(unsafe { &*ports })
@@ -321,7 +334,7 @@ pub fn l4_ports(ctx: &XdpContext, offset: usize) -> Result<&L4Ports, Verdict> {
 /// one bounds check either way (the IP length check already proved the header is
 /// there; this proves it to the verifier).
 #[inline(always)]
-fn l4_head(ctx: &XdpContext, proto: u8, offset: usize) -> Result<(&L4Ports, u8), Verdict> {
+fn l4_head(ctx: &impl Ctx, proto: u8, offset: usize) -> Result<(&L4Ports, u8), Verdict> {
     let malformed = Verdict::drop(Counter::DropMalformed);
     if proto != proto::TCP {
         return Ok((l4_ports(ctx, offset)?, 0));

@@ -17,11 +17,7 @@
 //! lost first segment, no ICMP needed); only an MSS option in the first option slot is
 //! looked at, where every common stack puts it.
 
-use aya_ebpf::{
-    bindings::xdp_action,
-    helpers::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
-    programs::XdpContext,
-};
+use aya_ebpf::bindings::xdp_action;
 use lb_common::{
     Backend, Counter, FlowKey, ForwardingMode, Sent, TunnelConfig, VipInfo,
     maps::{BACKEND_F_IPV6, proto},
@@ -30,10 +26,11 @@ use lb_common::{
 
 use crate::{
     Verdict,
+    ctx::Ctx,
     forward::{self, Hop, Query},
     icmp::{self, ICMP_LEN},
     lookup::Choice,
-    maps::{BACKENDS, PROG_TUNNEL, PROGS, TUNNEL, TUNNEL_JOBS},
+    maps::{BACKENDS, PROG_TUNNEL, TUNNEL, TUNNEL_JOBS},
     parse::{EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, Packet, ptr_at},
 };
 
@@ -80,7 +77,7 @@ pub struct Job {
 /// since `lb_xdp`'s stack frame has no room for the encapsulation). Returns only if
 /// the tail call fails.
 #[inline(always)]
-pub fn hand_over(ctx: &XdpContext, pkt: &Packet, choice: &Choice, vip: &VipInfo) -> Verdict {
+pub fn hand_over(ctx: &impl Ctx, pkt: &Packet, choice: &Choice, vip: &VipInfo) -> Verdict {
     let Some(job) = TUNNEL_JOBS.get_ptr_mut(0) else {
         return Verdict::drop(Counter::DropTunnelUnavailable);
     };
@@ -96,16 +93,15 @@ pub fn hand_over(ctx: &XdpContext, pkt: &Packet, choice: &Choice, vip: &VipInfo)
         (*job).gue = u8::from(vip.mode == ForwardingMode::Gue as u32);
         (*job).icmp_error = u8::from(pkt.kind == Kind::IcmpError);
         (*job).new_flow = u8::from(choice.new_flow);
-        // SAFETY: ctx is this program's context; PROGS holds only XDP programs.
-        PROGS.tail_call(ctx, PROG_TUNNEL);
     }
+    ctx.tail_call(PROG_TUNNEL);
     Verdict::drop(Counter::DropTunnelUnavailable)
 }
 
 /// `lb_tunnel`: the packet `lb_xdp` handed over, encapsulated and sent, and counted
 /// for its service and backend.
 #[inline(always)]
-pub fn steer(ctx: &XdpContext) -> Verdict {
+pub fn steer(ctx: &impl Ctx) -> Verdict {
     let Some(job) = TUNNEL_JOBS.get_ptr(0) else {
         return Verdict::drop(Counter::DropTunnelUnavailable);
     };
@@ -139,7 +135,7 @@ pub fn steer(ctx: &XdpContext) -> Verdict {
     };
     let verdict = to_backend(ctx, &pkt, job.backend_id, backend, job.gue != 0);
     if verdict.forwarded() {
-        let bytes = (ctx.data_end() - ctx.data()) as u64;
+        let bytes = ctx.len() as u64;
         let new_flow = job.new_flow != 0;
         crate::stats::count_forwarded(job.service_id, job.backend_id, bytes, new_flow);
         if_log! {
@@ -154,7 +150,7 @@ pub fn steer(ctx: &XdpContext) -> Verdict {
 /// Encapsulates the packet to `backend` and sends it (`gue`: in UDP).
 #[inline(always)]
 fn to_backend(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     pkt: &Packet,
     backend_id: u32,
     backend: &Backend,
@@ -195,8 +191,17 @@ fn to_backend(
         Err(verdict) => return verdict,
     };
     let room = hop.mtu.saturating_sub(overhead as u32);
-    if u32::from(pkt.ip_len) > room {
-        return too_big(ctx, pkt, room);
+    let segment = ctx.gso_size();
+    if segment != 0 {
+        // A GSO skb (TC): the kernel lowers its segment size by the overhead as the
+        // packet grows (see `ctx.rs`), so each segment leaves as big as it came in;
+        // one that would not fit the route cannot be answered (the ICMP error would
+        // have to quote a segment), and a SYN's clamped MSS keeps this from happening.
+        if segment_len(ctx, pkt, segment) > hop.mtu {
+            return Verdict::drop(Counter::DropTooBig);
+        }
+    } else if u32::from(pkt.ip_len) > room {
+        return Verdict::unpack(too_big(ctx, pkt, room));
     }
     if pkt.is_syn() {
         clamp_mss(ctx, pkt, room);
@@ -208,10 +213,27 @@ fn to_backend(
     forward::send(ctx, eth, &hop).forwarded_as(if gue { Sent::Gue } else { Sent::Ipip })
 }
 
+/// The length of one segment of a GSO packet with `segment` payload bytes: its IP
+/// and TCP (or UDP) headers and the payload.
+#[inline(always)]
+fn segment_len(ctx: &impl Ctx, pkt: &Packet, segment: u32) -> u32 {
+    let ip = if pkt.ipv6 { IPV6_LEN } else { IPV4_LEN } as u32;
+    let l4 = if pkt.key.proto == proto::TCP {
+        match ptr_at::<[u8; 13]>(ctx, pkt.l4) {
+            // SAFETY: ptr_at checked the bytes.
+            Some(head) => u32::from(unsafe { (*head)[12] } >> 4) * 4,
+            None => return u32::MAX,
+        }
+    } else {
+        UDP_LEN as u32
+    };
+    ip + l4 + segment
+}
+
 /// The next hop of the outer header. Not inlined (as [`encapsulate`]): `lb_tunnel`'s
 /// stack frame cannot hold every step at once.
 #[inline(never)]
-fn resolve(ctx: &XdpContext, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
+fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
     forward::resolve(ctx, q, Some(backend_id), now)
 }
 
@@ -222,7 +244,7 @@ fn resolve(ctx: &XdpContext, q: &Query<'_>, backend_id: u32, now: u64) -> Result
 /// `lb_tunnel`'s cannot hold every step at once (at most five arguments).
 #[inline(never)]
 fn encapsulate(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     pkt: &Packet,
     src: &[u8; 16],
     backend: &Backend,
@@ -241,9 +263,7 @@ fn encapsulate(
     };
     let mix = flow_mix(&pkt.key);
     let inner_tos = inner_tos(ctx, pkt);
-    let grow = overhead as i32;
-    // SAFETY: plain helper call on this program's context.
-    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -grow) } != 0 {
+    if !ctx.grow_for_encap(overhead as u32, outer6, gue) {
         return core::ptr::null_mut();
     }
     let l3 = pkt.l3;
@@ -293,7 +313,7 @@ fn encapsulate(
 /// The inner packet's TOS / traffic class, copied to the outer header (ECN included,
 /// RFC 6040's normal mode).
 #[inline(always)]
-fn inner_tos(ctx: &XdpContext, pkt: &Packet) -> u8 {
+fn inner_tos(ctx: &impl Ctx, pkt: &Packet) -> u8 {
     let Some(b) = ptr_at::<[u8; 2]>(ctx, pkt.l3) else {
         return 0;
     };
@@ -309,7 +329,7 @@ fn inner_tos(ctx: &XdpContext, pkt: &Packet) -> u8 {
 /// Writes the outer IPv4 header at `at` with its checksum computed whole.
 #[inline(always)]
 fn write_ipv4(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     at: usize,
     src: &[u8; 16],
     dst: &[u8; 16],
@@ -357,7 +377,7 @@ fn write_ipv4(
     reason = "one header's fields, each needed"
 )]
 fn write_ipv6(
-    ctx: &XdpContext,
+    ctx: &impl Ctx,
     at: usize,
     src: &[u8; 16],
     dst: &[u8; 16],
@@ -385,7 +405,7 @@ fn write_ipv6(
 /// Writes the UDP header of `gue` at `at`: the flow's hash as source port (kept in
 /// the dynamic range), zero checksum.
 #[inline(always)]
-fn write_udp(ctx: &XdpContext, at: usize, cfg: &TunnelConfig, inner_len: u16, mix: u32) -> bool {
+fn write_udp(ctx: &impl Ctx, at: usize, cfg: &TunnelConfig, inner_len: u16, mix: u32) -> bool {
     let Some(udp) = ptr_at::<UdpHdr>(ctx, at) else {
         return false;
     };
@@ -403,7 +423,7 @@ fn write_udp(ctx: &XdpContext, at: usize, cfg: &TunnelConfig, inner_len: u16, mi
 /// Lowers a SYN's MSS option (first option slot) to what `room` bytes of IP leave,
 /// updating the TCP checksum. (Not inlined, as [`too_big`].)
 #[inline(never)]
-fn clamp_mss(ctx: &XdpContext, pkt: &Packet, room: u32) {
+fn clamp_mss(ctx: &impl Ctx, pkt: &Packet, room: u32) {
     let headers = if pkt.ipv6 { IPV6_LEN } else { IPV4_LEN } as u32 + 20;
     let Some(most) = room.checked_sub(headers) else {
         return;
@@ -412,21 +432,20 @@ fn clamp_mss(ctx: &XdpContext, pkt: &Packet, room: u32) {
         return;
     };
     // SAFETY: ptr_at checked all 24 bytes.
-    unsafe {
-        let h = &mut *head;
+    let mss = unsafe {
+        let h = &*head;
         if h[12] >> 4 < 6 || h[20] != 2 || h[21] != 4 {
             return;
         }
-        let mss = u16::from_be_bytes([h[22], h[23]]);
-        if u32::from(mss) <= most {
-            return;
-        }
-        let new = most as u16;
-        let check = icmp::csum_replace(u16::from_be_bytes([h[16], h[17]]), mss, new);
-        [h[22], h[23]] = new.to_be_bytes();
-        [h[16], h[17]] = check.to_be_bytes();
+        u16::from_be_bytes([h[22], h[23]])
+    };
+    if u32::from(mss) <= most {
+        return;
     }
-    crate::stats::count(Counter::MssClamped);
+    let new = (most as u16).to_be_bytes();
+    if ctx.replace_l4_word(pkt.l4 + 22, pkt.l4 + 16, new) {
+        crate::stats::count(Counter::MssClamped);
+    }
 }
 
 /// Answers a packet too big to encapsulate (module doc): the frame becomes the ICMP
@@ -434,7 +453,15 @@ fn clamp_mss(ctx: &XdpContext, pkt: &Packet, room: u32) {
 /// out where it came in. Not inlined: a function of its own has its own stack frame,
 /// which `lb_tunnel`'s (with the log build's record) has no room for.
 #[inline(never)]
-fn too_big(ctx: &XdpContext, pkt: &Packet, room: u32) -> Verdict {
+fn too_big(ctx: &impl Ctx, pkt: &Packet, room: u32) -> u64 {
+    // The verdict as an integer: returned through memory, LLVM may leave the caller's
+    // stack pointer in r0, which the verifier refuses to see returned.
+    write_too_big(ctx, pkt, room).pack()
+}
+
+/// The body of [`too_big`].
+#[inline(always)]
+fn write_too_big(ctx: &impl Ctx, pkt: &Packet, room: u32) -> Verdict {
     if !pkt.ipv6 {
         let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
             return Verdict::drop(Counter::DropMalformed);
@@ -451,16 +478,13 @@ fn too_big(ctx: &XdpContext, pkt: &Packet, room: u32) -> Verdict {
     };
     let grow = ip_len + ICMP_LEN;
     let l3 = pkt.l3;
-    // SAFETY: plain helper calls on this program's context.
-    unsafe {
-        if bpf_xdp_adjust_head(ctx.ctx, -(grow as i32)) != 0 {
-            return Verdict::drop(Counter::DropTooBig);
-        }
-        let len = ctx.data_end() - ctx.data();
-        let want = l3 + grow + quote;
-        if len < want || bpf_xdp_adjust_tail(ctx.ctx, want as i32 - len as i32) != 0 {
-            return Verdict::drop(Counter::DropMalformed);
-        }
+    if !ctx.grow_front(grow as u32) {
+        return Verdict::drop(Counter::DropTooBig);
+    }
+    let len = ctx.len();
+    let want = l3 + grow + quote;
+    if len < want || !ctx.resize(len, want) {
+        return Verdict::drop(Counter::DropMalformed);
     }
     let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
         return Verdict::drop(Counter::DropMalformed);

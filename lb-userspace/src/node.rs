@@ -10,14 +10,14 @@ use lb_control::agent::{
 };
 use lb_dataplane::{
     bpffs,
-    kernel::{AttachOutcome, KernelDataplane, LINK_PIN},
+    kernel::{AttachOutcome, KernelDataplane, LINK_PIN, TC_LINK_PIN, link_pin},
     maps::MapSet,
     neighbour::Neighbours,
     possible_cpus,
     sysctl::Forwarding,
 };
 use lb_model::{
-    config::ValidConfig,
+    config::{Hook, ValidConfig},
     dataplane::{MapOps as _, MapRead, Programmer, from_addr16},
 };
 
@@ -115,8 +115,9 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
         })?;
     }
     let object = crate::dataplane_object();
+    let hook = config.node.hook;
     let mut dataplane =
-        KernelDataplane::load_object(object, pin_dir.as_deref(), &config.flow_tables)?;
+        KernelDataplane::load_hook(hook, object, pin_dir.as_deref(), &config.flow_tables)?;
     let mut programmer = Programmer::default();
     programmer.set_answer_ping(config.node.answer_ping);
     let adopted = programmer.adopt(dataplane.maps())?;
@@ -135,18 +136,40 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
     };
     let xdp_mode = config.node.xdp_mode;
     let mut agent = Agent::assemble(config, dataplane, host, programmer);
-    let link_pin = pin_dir.as_ref().map(|d| d.join(LINK_PIN));
+    let pin = pin_dir.as_ref().map(|d| d.join(link_pin(hook)));
     match agent
         .dataplane_mut()
-        .attach(&interface, xdp_mode, link_pin.as_deref())?
+        .attach(&interface, xdp_mode, pin.as_deref())?
     {
         AttachOutcome::Replaced => {
             tracing::info!(
                 interface = %interface,
-                "took over the running XDP program's link"
+                hook = hook.name(),
+                "took over the running program's link"
             );
         }
         AttachOutcome::Attached => {}
+    }
+    // A previous agent on the other hook: its program goes now that this one runs
+    // (both ran for this instant: the other hook's passes are this one's input).
+    if let Some(dir) = &pin_dir {
+        let other = match hook {
+            Hook::Xdp => TC_LINK_PIN,
+            Hook::Tc => LINK_PIN,
+        };
+        match std::fs::remove_file(dir.join(other)) {
+            Ok(()) => tracing::info!(
+                interface = %interface,
+                hook = hook.name(),
+                "detached the previous agent's program from the other hook"
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                path = %dir.join(other).display(),
+                error = %e,
+                "cannot remove the other hook's link pin: both programs stay attached"
+            ),
+        }
     }
     // Flow tables of another shape were copied before the attach; the flows the
     // previous program admitted since then are copied now.
@@ -231,9 +254,11 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
             path: dir.display().to_string(),
             source,
         };
-        match std::fs::remove_file(dir.join(LINK_PIN)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(pin_error(e)),
-            _ => {}
+        for pin in [LINK_PIN, TC_LINK_PIN] {
+            match std::fs::remove_file(dir.join(pin)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(pin_error(e)),
+                _ => {}
+            }
         }
         KernelDataplane::unpin_maps(dir).map_err(pin_error)?;
     }

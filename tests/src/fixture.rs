@@ -4,8 +4,16 @@
 //! and permanent neighbour entries for the backends, so `bpf_fib_lookup` resolves next
 //! hops exactly as on a node. [`XdpRig`] loads the data plane inside that namespace
 //! (call [`FixtureHost::run`]) and feeds it packets as if they arrived on `eth0`.
+//!
+//! The rig runs either hook's programs: `lb_xdp` or its TC twin `lb_tc`, whichever the
+//! calling test runs under ([`with_hook`]; [`hook_tests!`](crate::hook_tests) makes one
+//! test per hook of each case). TC verdicts are reported in XDP terms, so a case reads
+//! the same for both: `TC_ACT_OK` as `XDP_PASS`, `TC_ACT_SHOT` as `XDP_DROP`, and
+//! `TC_ACT_REDIRECT` (how `lb_tc` sends back out, as XDP_TX does, or elsewhere) as
+//! `XDP_TX`; the `Tx`/`Redirect` counters that every fixture checks tell the two apart.
 
 use std::{
+    cell::Cell,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     time::Instant,
 };
@@ -14,6 +22,7 @@ use aya::{TestRun as _, TestRunOptions};
 use lb_common::{Counter, CounterKind, FlowKey, GlobalConfig, flow_hash};
 use lb_dataplane::kernel::KernelDataplane;
 use lb_model::config::FlowTables;
+pub use lb_model::config::Hook;
 use lb_model::dataplane::{MapOps as _, MapRead as _, Programmer, ServiceSpec, Traffic as _};
 
 use crate::Netns;
@@ -78,10 +87,55 @@ pub const ROUTED_V4: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 0);
 /// IPv6 backends behind the router: 2001:db8:1::/64.
 pub const ROUTED_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0);
 
+thread_local! {
+    /// The hook rigs of this thread load (see [`with_hook`]).
+    static HOOK: Cell<Hook> = const { Cell::new(Hook::Xdp) };
+}
+
+/// Runs `f` with rigs (and fixture hosts) made on this thread loading `hook`'s
+/// programs.
+pub fn with_hook<T>(hook: Hook, f: impl FnOnce() -> T) -> T {
+    let before = HOOK.replace(hook);
+    let out = f();
+    HOOK.set(before);
+    out
+}
+
+/// The hook rigs made on this thread load.
+pub fn current_hook() -> Hook {
+    HOOK.get()
+}
+
+/// Makes each named case (a `fn()` test body) a test per hook: `xdp::<case>` and
+/// `tc::<case>`, the same packets and expectations through `lb_xdp` and `lb_tc`.
+#[macro_export]
+macro_rules! hook_tests {
+    ($($case:ident),* $(,)?) => {
+        mod xdp {
+            $(
+                #[test]
+                fn $case() {
+                    $crate::fixture::with_hook($crate::fixture::Hook::Xdp, super::$case);
+                }
+            )*
+        }
+        mod tc {
+            $(
+                #[test]
+                fn $case() {
+                    $crate::fixture::with_hook($crate::fixture::Hook::Tc, super::$case);
+                }
+            )*
+        }
+    };
+}
+
 /// The namespace fixtures run in.
 #[derive(Debug)]
 pub struct FixtureHost {
     ns: Netns,
+    /// The hook of the thread that made it, which its threads run under.
+    hook: Hook,
 }
 
 impl FixtureHost {
@@ -144,12 +198,16 @@ impl FixtureHost {
         ]);
         ns.sysctl("net.ipv4.conf.eth0.forwarding", "1");
         ns.sysctl("net.ipv6.conf.eth0.forwarding", "1");
-        Self { ns }
+        Self {
+            ns,
+            hook: current_hook(),
+        }
     }
 
-    /// Runs `f` on a thread inside the namespace.
+    /// Runs `f` on a thread inside the namespace, under this host's hook.
     pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        self.ns.run(f)
+        let hook = self.hook;
+        self.ns.run(move || with_hook(hook, f))
     }
 }
 
@@ -175,6 +233,13 @@ pub struct Outcome {
     pub bytes: Vec<u8>,
 }
 
+/// TC actions, as numbers the kernel returns.
+mod tc_action {
+    pub const OK: i32 = 0;
+    pub const SHOT: i32 = 2;
+    pub const REDIRECT: i32 = 7;
+}
+
 /// XDP actions, as numbers the kernel returns.
 pub mod action {
     /// `XDP_ABORTED`.
@@ -197,6 +262,8 @@ pub struct XdpRig {
     specs: Vec<ServiceSpec>,
     seed: u32,
     ifindex: u32,
+    /// Which program packets run through.
+    pub hook: Hook,
 }
 
 impl XdpRig {
@@ -213,19 +280,27 @@ impl XdpRig {
 
     /// Like [`XdpRig::load_pinned`], with the flow tables sized as `tables` says.
     pub fn load_sized(seed: u32, pin_dir: Option<&std::path::Path>, tables: &FlowTables) -> Self {
-        let dataplane = KernelDataplane::load_sized(pin_dir, tables).expect("load data plane");
+        let dataplane = KernelDataplane::load_hook(
+            current_hook(),
+            lb_dataplane::kernel::BPF_OBJECT,
+            pin_dir,
+            tables,
+        )
+        .expect("load data plane");
         Self::with(dataplane, seed)
     }
 
     /// Like [`XdpRig::load`], from another build of the object (e.g.
     /// `kernel::BPF_OBJECT_LOG`, whose records the data plane relays to `log`).
     pub fn load_object(seed: u32, object: &[u8]) -> Self {
-        let dataplane = KernelDataplane::load_object(object, None, &FlowTables::default())
-            .expect("load data plane");
+        let dataplane =
+            KernelDataplane::load_hook(current_hook(), object, None, &FlowTables::default())
+                .expect("load data plane");
         Self::with(dataplane, seed)
     }
 
     fn with(mut dataplane: KernelDataplane, seed: u32) -> Self {
+        let hook = dataplane.hook();
         dataplane
             .set_config(GlobalConfig {
                 hash_seed: seed,
@@ -239,6 +314,7 @@ impl XdpRig {
             specs: Vec::new(),
             seed,
             ifindex,
+            hook,
         }
     }
 
@@ -295,6 +371,9 @@ impl XdpRig {
     /// Runs one packet through the load balancer (or, with `floor`, through the
     /// pass-everything program) and returns the kernel-measured run time too.
     pub fn run_timed(&mut self, packet: &[u8], floor: bool) -> (Outcome, std::time::Duration) {
+        if self.hook == Hook::Tc && !floor {
+            return self.run_tc(packet, 0);
+        }
         let mut out = vec![0u8; packet.len() + 256];
         // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
         // egress_ifindex. The kernel wants data = meta length (0) and data_end = size.
@@ -319,6 +398,46 @@ impl XdpRig {
             bytes: out,
         };
         (outcome, result.duration)
+    }
+
+    /// Runs one packet through `lb_tc` as an skb received on `eth0`, GSO with
+    /// `gso_size` payload bytes per segment if not 0 (as GRO would have merged it);
+    /// the action in XDP terms (module doc).
+    ///
+    /// # Panics
+    /// If the rig runs the XDP hook.
+    pub fn run_tc(&mut self, packet: &[u8], gso_size: u32) -> (Outcome, std::time::Duration) {
+        assert_eq!(self.hook, Hook::Tc, "run_tc needs a TC rig");
+        let mut out = vec![0u8; packet.len() + 256];
+        // struct __sk_buff (192 bytes): only the fields BPF_PROG_TEST_RUN takes may be
+        // set; ingress_ifindex at 36, ifindex at 40 (the device the skb is built
+        // on), gso_segs at 164, gso_size at 176.
+        let mut skb = [0u8; 192];
+        skb[36..40].copy_from_slice(&self.ifindex.to_ne_bytes());
+        skb[40..44].copy_from_slice(&self.ifindex.to_ne_bytes());
+        if gso_size != 0 {
+            let segs = (packet.len() as u32).div_ceil(gso_size);
+            skb[164..168].copy_from_slice(&segs.to_ne_bytes());
+            skb[176..180].copy_from_slice(&gso_size.to_ne_bytes());
+        }
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(packet);
+        opts.data_out = Some(&mut out);
+        opts.ctx_in = Some(&skb);
+        let result = self
+            .dataplane
+            .tc_program()
+            .expect("program")
+            .test_run(opts)
+            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN of {} bytes: {e}", packet.len()));
+        out.truncate(result.data_size_out as usize);
+        let action = match result.return_value as i32 {
+            tc_action::OK => action::PASS,
+            tc_action::SHOT => action::DROP,
+            tc_action::REDIRECT => action::TX,
+            other => panic!("lb_tc returned TC action {other}"),
+        };
+        (Outcome { action, bytes: out }, result.duration)
     }
 
     /// Runs `packet`, asserts the action, and that of the verdict counters exactly

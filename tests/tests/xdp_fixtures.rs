@@ -10,7 +10,7 @@ use lb_model::{
 };
 use lb_testbed::{
     fixture::{
-        CLIENT_MAC, FixtureHost, HOST_MAC, Outcome, XdpRig, action, backend, backend6, mac_of,
+        CLIENT_MAC, FixtureHost, HOST_MAC, Hook, Outcome, XdpRig, action, backend, backend6, mac_of,
     },
     packet::{Packet, TCP, UDP, flags},
 };
@@ -106,7 +106,6 @@ fn spread_case(
     );
 }
 
-#[test]
 fn ipv4_tcp_and_udp_go_to_the_table_choice() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -125,7 +124,6 @@ fn ipv4_tcp_and_udp_go_to_the_table_choice() {
     });
 }
 
-#[test]
 fn ipv6_tcp_and_udp_go_to_the_table_choice() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -144,7 +142,6 @@ fn ipv6_tcp_and_udp_go_to_the_table_choice() {
     });
 }
 
-#[test]
 fn vlan_tagged_frames_are_forwarded_with_their_tag() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -169,7 +166,6 @@ fn vlan_tagged_frames_are_forwarded_with_their_tag() {
     });
 }
 
-#[test]
 fn all_ports_vip_and_exact_port_precedence() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -191,7 +187,6 @@ fn all_ports_vip_and_exact_port_precedence() {
     });
 }
 
-#[test]
 fn l7_vips_go_to_the_stack_untouched() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -205,7 +200,6 @@ fn l7_vips_go_to_the_stack_untouched() {
     });
 }
 
-#[test]
 fn established_flows_keep_their_backend_across_table_changes() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -254,7 +248,6 @@ fn established_flows_keep_their_backend_across_table_changes() {
     });
 }
 
-#[test]
 fn golden_flow_lands_on_a_fixed_backend() {
     lb_testbed::needs_root!();
     // Pins the whole chain (parse → hash → Maglev slot) to one value, independent of
@@ -269,7 +262,6 @@ fn golden_flow_lands_on_a_fixed_backend() {
 }
 const GOLDEN_BACKEND: u8 = 0;
 
-#[test]
 fn traffic_that_is_not_ours_passes_untouched() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -375,7 +367,6 @@ fn traffic_that_is_not_ours_passes_untouched() {
     });
 }
 
-#[test]
 fn malformed_frames_are_dropped_and_counted() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -383,12 +374,18 @@ fn malformed_frames_are_dropped_and_counted() {
         rig.program(svc(80, TCP, &three(backend)));
         rig.program(svc_at(IpAddr::V6(VIP6), 80, TCP, &three(backend6)));
         // Every cut inside the IP header or the ports (BPF_PROG_TEST_RUN refuses frames
-        // shorter than the Ethernet header): IPv4, IPv6, and behind a VLAN tag.
+        // shorter than the Ethernet header, and for an skb an untagged IPv4 or IPv6
+        // frame shorter than its IP header): IPv4, IPv6, and behind a VLAN tag.
         let v4 = Packet::tcp4(eth(), CLIENT, 1, VIP, 80, b"");
         let v6 = Packet::tcp6(eth6(), CLIENT6, 1, VIP6, 80, b"");
         let tagged = v4.clone().with_vlan(9);
-        for (p, upto) in [(&v4, 38), (&v6, 58), (&tagged, 42)] {
-            for len in 15..upto {
+        let tc = rig.hook == Hook::Tc;
+        for (p, from, upto) in [
+            (&v4, if tc { 34 } else { 15 }, 38),
+            (&v6, if tc { 54 } else { 15 }, 58),
+            (&tagged, 15, 42),
+        ] {
+            for len in from..upto {
                 let cut = p.clone().truncated(len);
                 run_expect(&mut rig, &cut.bytes, action::DROP, Counter::DropMalformed);
             }
@@ -469,7 +466,6 @@ fn malformed_frames_are_dropped_and_counted() {
     });
 }
 
-#[test]
 fn service_without_backends_drops() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -480,7 +476,6 @@ fn service_without_backends_drops() {
     });
 }
 
-#[test]
 fn unresolved_unroutable_and_wrong_family_backends() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -526,7 +521,6 @@ fn icmp6_sum(src: Ipv6Addr, dst: Ipv6Addr, body: &[u8]) -> u16 {
     lb_testbed::packet::checksum(&[&pseudo, body])
 }
 
-#[test]
 fn echo_requests_to_a_vip_are_answered() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -604,7 +598,6 @@ fn frag_needed(sport: u16) -> Packet {
     Packet::ipv4_with(eth(), Ipv4Addr::new(198, 18, 0, 254), VIP, 1, body, 2, &[])
 }
 
-#[test]
 fn icmp_errors_go_to_the_backend_that_owns_the_flow() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -654,3 +647,19 @@ fn icmp_errors_go_to_the_backend_that_owns_the_flow() {
         assert_eq!(out.bytes, other.bytes);
     });
 }
+
+lb_testbed::hook_tests!(
+    ipv4_tcp_and_udp_go_to_the_table_choice,
+    ipv6_tcp_and_udp_go_to_the_table_choice,
+    vlan_tagged_frames_are_forwarded_with_their_tag,
+    all_ports_vip_and_exact_port_precedence,
+    l7_vips_go_to_the_stack_untouched,
+    established_flows_keep_their_backend_across_table_changes,
+    golden_flow_lands_on_a_fixed_backend,
+    traffic_that_is_not_ours_passes_untouched,
+    malformed_frames_are_dropped_and_counted,
+    service_without_backends_drops,
+    unresolved_unroutable_and_wrong_family_backends,
+    echo_requests_to_a_vip_are_answered,
+    icmp_errors_go_to_the_backend_that_owns_the_flow,
+);

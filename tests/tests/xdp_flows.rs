@@ -104,7 +104,6 @@ fn table_fill(rig: &XdpRig) -> (usize, usize, usize) {
     (established, embryonic, nat)
 }
 
-#[test]
 fn a_syn_is_half_open_until_its_ack_establishes_it() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -178,7 +177,6 @@ fn a_syn_is_half_open_until_its_ack_establishes_it() {
     });
 }
 
-#[test]
 fn a_retransmitted_syn_keeps_its_first_choice() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -206,7 +204,6 @@ fn a_retransmitted_syn_keeps_its_first_choice() {
     });
 }
 
-#[test]
 fn packets_that_are_not_a_syn_create_no_state() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -245,7 +242,6 @@ fn packets_that_are_not_a_syn_create_no_state() {
     });
 }
 
-#[test]
 fn a_syn_flood_cannot_evict_or_move_established_flows() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -289,7 +285,6 @@ fn a_syn_flood_cannot_evict_or_move_established_flows() {
     });
 }
 
-#[test]
 fn an_entry_of_an_earlier_owner_is_ignored() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -364,7 +359,6 @@ fn an_entry_of_an_earlier_owner_is_ignored() {
     });
 }
 
-#[test]
 fn a_syn_on_a_flow_of_a_draining_backend_chooses_again() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -457,7 +451,6 @@ fn timeouts(closed_ns: u64) -> lb_common::NatTimeouts {
     t
 }
 
-#[test]
 fn a_nat_port_follows_the_connection_to_its_close() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -518,7 +511,6 @@ fn a_nat_port_follows_the_connection_to_its_close() {
     });
 }
 
-#[test]
 fn a_nat_port_held_in_time_wait_by_the_backend_is_not_reused() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -570,7 +562,6 @@ fn a_nat_port_held_in_time_wait_by_the_backend_is_not_reused() {
     });
 }
 
-#[test]
 fn an_ended_nat_flow_gives_its_port_to_the_next_flow() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -627,7 +618,6 @@ fn an_ended_nat_flow_gives_its_port_to_the_next_flow() {
     });
 }
 
-#[test]
 fn a_nat_flow_of_an_earlier_owner_is_not_translated() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -657,7 +647,6 @@ fn a_nat_flow_of_an_earlier_owner_is_not_translated() {
     });
 }
 
-#[test]
 fn a_backend_retransmitting_its_syn_ack_does_not_keep_a_spoofed_syns_port() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -684,3 +673,17 @@ fn a_backend_retransmitting_its_syn_ack_does_not_keep_a_spoofed_syns_port() {
         assert!(refreshed > deadline, "{refreshed} > {deadline}");
     });
 }
+
+lb_testbed::hook_tests!(
+    a_syn_is_half_open_until_its_ack_establishes_it,
+    a_retransmitted_syn_keeps_its_first_choice,
+    packets_that_are_not_a_syn_create_no_state,
+    a_syn_flood_cannot_evict_or_move_established_flows,
+    an_entry_of_an_earlier_owner_is_ignored,
+    a_syn_on_a_flow_of_a_draining_backend_chooses_again,
+    a_nat_port_follows_the_connection_to_its_close,
+    a_nat_port_held_in_time_wait_by_the_backend_is_not_reused,
+    an_ended_nat_flow_gives_its_port_to_the_next_flow,
+    a_nat_flow_of_an_earlier_owner_is_not_translated,
+    a_backend_retransmitting_its_syn_ack_does_not_keep_a_spoofed_syns_port,
+);

@@ -84,7 +84,6 @@ fn port_at(frame: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([frame[at], frame[at + 1]])
 }
 
-#[test]
 fn ipv4_tcp_round_trip() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -160,7 +159,6 @@ fn ipv4_tcp_round_trip() {
     });
 }
 
-#[test]
 fn ipv6_tcp_round_trip() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -198,7 +196,6 @@ fn ipv6_tcp_round_trip() {
     });
 }
 
-#[test]
 fn udp_with_and_without_checksum() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -220,7 +217,6 @@ fn udp_with_and_without_checksum() {
     });
 }
 
-#[test]
 fn exhausted_port_range_drops_new_flows_only() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -242,7 +238,6 @@ fn exhausted_port_range_drops_new_flows_only() {
     });
 }
 
-#[test]
 fn icmp_errors_about_nat_replies_reach_the_backend_translated() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -348,7 +343,6 @@ fn icmp_errors_about_nat_replies_reach_the_backend_translated() {
 /// A backend on its own port (a Kubernetes target port): the client's packets reach
 /// it on that port, its replies leave from the VIP's port, and an ICMP error about a
 /// reply quotes the backend's port — checksums valid throughout.
-#[test]
 fn backends_on_their_own_port_are_reached_and_answer_from_the_vip_port() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -424,3 +418,12 @@ fn backends_on_their_own_port_are_reached_and_answer_from_the_vip_port() {
         assert!(icmp_checked);
     });
 }
+
+lb_testbed::hook_tests!(
+    ipv4_tcp_round_trip,
+    ipv6_tcp_round_trip,
+    udp_with_and_without_checksum,
+    exhausted_port_range_drops_new_flows_only,
+    icmp_errors_about_nat_replies_reach_the_backend_translated,
+    backends_on_their_own_port_are_reached_and_answer_from_the_vip_port,
+);

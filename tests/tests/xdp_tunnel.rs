@@ -11,8 +11,8 @@ use lb_common::{Counter, ForwardingMode, TunnelConfig};
 use lb_model::dataplane::{ServiceSpec, addr16, vip_key};
 use lb_testbed::{
     fixture::{
-        CLIENT_MAC, FixtureHost, HOST_MAC, ROUTED_V4, ROUTED_V6, ROUTER_MAC, XdpRig, action,
-        backend, backend6, mac_of,
+        CLIENT_MAC, FixtureHost, HOST_MAC, Hook, ROUTED_V4, ROUTED_V6, ROUTER_MAC, XdpRig, action,
+        backend, backend6, mac_of, with_hook,
     },
     packet::{Packet, TCP, UDP, checksum, flags},
 };
@@ -220,7 +220,6 @@ fn encapsulated(rig: &mut XdpRig, svc: &ServiceSpec, p: &[u8], l3: usize, gue: b
     out.bytes
 }
 
-#[test]
 fn ipip_and_gue_encapsulate_every_family_pair_with_exact_bytes() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -292,7 +291,6 @@ fn ipip_and_gue_encapsulate_every_family_pair_with_exact_bytes() {
     });
 }
 
-#[test]
 fn a_vlan_tag_stays_and_a_routed_backend_gets_the_routers_mac() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -338,7 +336,6 @@ fn a_vlan_tag_stays_and_a_routed_backend_gets_the_routers_mac() {
     });
 }
 
-#[test]
 fn outer_sources_spread_flows_and_stay_with_each_flow() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -458,7 +455,6 @@ fn tcp_checksum_valid(p: &[u8], l3: usize) -> bool {
     checksum(&[&pseudo, &p[l4..]]) == 0
 }
 
-#[test]
 fn a_syns_mss_is_clamped_to_what_fits_the_tunnel() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -507,7 +503,6 @@ fn a_syns_mss_is_clamped_to_what_fits_the_tunnel() {
     });
 }
 
-#[test]
 fn a_packet_too_big_for_the_tunnel_is_answered_with_icmp() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -606,7 +601,6 @@ fn a_packet_too_big_for_the_tunnel_is_answered_with_icmp() {
     });
 }
 
-#[test]
 fn tunnelled_flows_keep_their_backend_across_a_table_change() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -644,7 +638,6 @@ fn tunnelled_flows_keep_their_backend_across_a_table_change() {
     });
 }
 
-#[test]
 fn explain_names_the_outer_header_the_kernel_writes() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -694,3 +687,53 @@ fn explain_names_the_outer_header_the_kernel_writes() {
         }
     });
 }
+
+/// TC only (XDP never sees a merged packet): a GRO-merged TCP packet, 3000 bytes of
+/// payload in GSO segments, is sent on whole by `dsr` with only its MACs changed (the
+/// FIB is asked without an MTU check, which would refuse 3040 bytes of IP). For `ipip`, one whose segments would not fit the 1500-byte
+/// route once encapsulated is dropped as too big, before anything is written.
+/// (BPF_PROG_TEST_RUN cannot give an skb a GSO type, and `bpf_skb_adjust_room` grows
+/// only TCP GSO packets, so the encapsulation of a merged packet itself is not run
+/// here.)
+#[test]
+fn tc_forwards_a_gro_merged_packet_whole() {
+    lb_testbed::needs_root!();
+    with_hook(Hook::Tc, || {
+        FixtureHost::new().run(|| {
+            let vip = IpAddr::V4(VIP);
+            let v4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
+            let ipip = spec(vip, 80, TCP, ForwardingMode::Ipip, &v4);
+            let dsr = spec(vip, 81, TCP, ForwardingMode::Dsr, &v4);
+            let mut rig = rig(vec![ipip, dsr.clone()]);
+            let payload = vec![0x5a; 3000];
+            // dsr first: its backend's next hop is not cached yet, so the FIB is asked.
+            let p = Packet::tcp4(eth4(), CLIENT, 42001, VIP, 81, &payload).bytes;
+            let before = rig.counter(Counter::Tx);
+            let (out, _) = rig.run_tc(&p, 1448);
+            assert_eq!(out.action, action::TX);
+            assert_eq!(rig.counter(Counter::Tx) - before, 1);
+            let to = rig.expected_backend(&dsr.key, &flow_key(&p, 14));
+            let mut want = p.clone();
+            want[0..6].copy_from_slice(&mac_of(to));
+            want[6..12].copy_from_slice(&HOST_MAC);
+            assert_eq!(out.bytes, want, "only the MACs change");
+
+            let p = Packet::tcp4(eth4(), CLIENT, 42000, VIP, 80, &payload).bytes;
+            let before = rig.counter(Counter::DropTooBig);
+            let (out, _) = rig.run_tc(&p, 1480);
+            assert_eq!(out.action, action::DROP, "segments of 1520 bytes");
+            assert_eq!(rig.counter(Counter::DropTooBig) - before, 1);
+            assert_eq!(out.bytes, p, "untouched");
+        });
+    });
+}
+
+lb_testbed::hook_tests!(
+    ipip_and_gue_encapsulate_every_family_pair_with_exact_bytes,
+    a_vlan_tag_stays_and_a_routed_backend_gets_the_routers_mac,
+    outer_sources_spread_flows_and_stay_with_each_flow,
+    a_syns_mss_is_clamped_to_what_fits_the_tunnel,
+    a_packet_too_big_for_the_tunnel_is_answered_with_icmp,
+    tunnelled_flows_keep_their_backend_across_a_table_change,
+    explain_names_the_outer_header_the_kernel_writes,
+);

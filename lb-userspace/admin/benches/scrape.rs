@@ -111,6 +111,7 @@ fn node() -> Node {
             config_path: "/etc/lbd/lbd.toml".into(),
             config_generation: 3,
             interface: "eth0".into(),
+            hook: lb_model::config::Hook::Xdp,
             xdp_mode: "native".into(),
             pin_path: "/sys/fs/bpf/lb".into(),
             services: SERVICES,

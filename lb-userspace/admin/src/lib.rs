@@ -50,9 +50,12 @@ pub struct Status {
     pub config_path: String,
     /// Successful config loads since start (1 = the file read at start).
     pub config_generation: u64,
-    /// Interface the XDP program is attached to.
+    /// Interface the data plane is attached to.
     pub interface: String,
-    /// `native` or `generic`.
+    /// The hook it runs on: `xdp` (`lb_xdp`) or `tc` (`lb_tc` on TCX ingress).
+    #[serde(default)]
+    pub hook: lb_model::config::Hook,
+    /// `native` or `generic` (the XDP hook only).
     pub xdp_mode: String,
     /// Where maps are pinned (empty: not pinned).
     pub pin_path: String,

@@ -2,6 +2,7 @@
 
 use super::{Context, Outcome};
 use lb_admin::Status;
+use lb_model::config::Hook;
 
 /// `entries of capacity (percent%)`.
 fn fill(f: &lb_admin::Fill) -> String {
@@ -39,7 +40,13 @@ pub fn run(ctx: &Context) -> Outcome {
             ("kernel", s.kernel.clone()),
             ("pid", s.pid.to_string()),
             ("uptime", format!("{:.0}s", s.uptime_seconds)),
-            ("interface", format!("{} (XDP {})", s.interface, s.xdp_mode)),
+            (
+                "interface",
+                match s.hook {
+                    Hook::Xdp => format!("{} (XDP {})", s.interface, s.xdp_mode),
+                    Hook::Tc => format!("{} (TC ingress)", s.interface),
+                },
+            ),
             (
                 "pin path",
                 if s.pin_path.is_empty() {

@@ -99,6 +99,7 @@ pub fn status(
         config_path: meta.config_path.clone(),
         config_generation: meta.generation,
         interface: node.interface.clone(),
+        hook: node.hook,
         xdp_mode: match node.xdp_mode {
             XdpMode::Native => "native",
             XdpMode::Generic => "generic",

@@ -1,5 +1,5 @@
-//! The aya implementation: loads the embedded BPF object, attaches the XDP program and
-//! writes its maps. A log build of the object (feature `object-log` embeds one) gets
+//! The aya implementation: loads the embedded BPF object, attaches the XDP program (or
+//! its TC twin, `node.hook = "tc"`) and writes its maps. A log build of the object (feature `object-log` embeds one) gets
 //! its records relayed to the `log` crate for as long as the data plane lives.
 
 use std::path::{Path, PathBuf};
@@ -8,8 +8,9 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, ProgramArray},
     programs::{
-        Link as _, Xdp, XdpMode,
+        Link as _, SchedClassifier, TcAttachType, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
+        tc::{SchedClassifierLink, SchedClassifierLinkId},
         xdp::{XdpLink, XdpLinkId},
     },
 };
@@ -18,7 +19,7 @@ use lb_common::{
 };
 
 use lb_model::{
-    config,
+    config::{self, Hook},
     dataplane::{DataplaneError, MapOps},
 };
 
@@ -40,12 +41,13 @@ pub static BPF_OBJECT_LOG: &[u8] =
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 15] = [
+pub const PINNED_MAPS: [&str; 16] = [
     names::ECHO_ADDRS,
     names::NAT,
     names::NAT_FLOWS,
     names::EMBRYONIC,
     names::PROGS,
+    names::TC_PROGS,
     names::VIPS,
     names::BACKENDS,
     names::SERVICE_BACKENDS,
@@ -61,6 +63,49 @@ pub const PINNED_MAPS: [&str; 15] = [
 /// File name of the pinned XDP link in the pin directory.
 pub const LINK_PIN: &str = "link_xdp";
 
+/// File name of the pinned TCX link (`node.hook = "tc"`) in the pin directory.
+pub const TC_LINK_PIN: &str = "link_tc";
+
+/// The pinned link's file name for `hook`.
+#[must_use]
+pub const fn link_pin(hook: Hook) -> &'static str {
+    match hook {
+        Hook::Xdp => LINK_PIN,
+        Hook::Tc => TC_LINK_PIN,
+    }
+}
+
+/// The programs of one hook: the ingress program, its tail-call array, and what goes in
+/// each slot.
+struct HookPrograms {
+    ingress: &'static str,
+    progs: &'static str,
+    tail: [(u32, &'static str); 3],
+}
+
+const fn programs_of(hook: Hook) -> HookPrograms {
+    match hook {
+        Hook::Xdp => HookPrograms {
+            ingress: names::XDP_PROGRAM,
+            progs: names::PROGS,
+            tail: [
+                (0, names::NAT_PROGRAM),
+                (1, names::NAT_ICMP_PROGRAM),
+                (2, names::TUNNEL_PROGRAM),
+            ],
+        },
+        Hook::Tc => HookPrograms {
+            ingress: names::TC_PROGRAM,
+            progs: names::TC_PROGS,
+            tail: [
+                (0, names::TC_NAT_PROGRAM),
+                (1, names::TC_NAT_ICMP_PROGRAM),
+                (2, names::TC_TUNNEL_PROGRAM),
+            ],
+        },
+    }
+}
+
 /// How the program is attached.
 #[derive(Debug)]
 enum Attachment {
@@ -73,6 +118,17 @@ enum Attachment {
         interface: String,
         path: PathBuf,
         link: XdpLink,
+    },
+    /// `lb_tc` on TCX ingress, owned by this process.
+    OwnedTc {
+        interface: String,
+        id: SchedClassifierLinkId,
+    },
+    /// `lb_tc` on TCX ingress, pinned in bpffs.
+    PinnedTc {
+        interface: String,
+        path: PathBuf,
+        link: SchedClassifierLink,
     },
 }
 
@@ -88,6 +144,8 @@ pub enum AttachOutcome {
 /// A loaded data plane: the program (attached or not) and handles to its maps.
 pub struct KernelDataplane {
     ebpf: Ebpf,
+    /// The hook whose programs are loaded.
+    hook: Hook,
     link: Attachment,
     maps: MapSet,
     /// Pinned flow tables of another shape, copied into this program's maps (see
@@ -156,6 +214,21 @@ impl KernelDataplane {
         pin_dir: Option<&Path>,
         tables: &config::FlowTables,
     ) -> Result<Self, DataplaneError> {
+        Self::load_hook(Hook::Xdp, object, pin_dir, tables)
+    }
+
+    /// Like [`KernelDataplane::load_object`], with the programs of `hook`: `lb_xdp`
+    /// and its tail-call programs, or their TC twins (`lb_tc`, ...), which share every
+    /// map but the tail-call array.
+    ///
+    /// # Errors
+    /// As `load_object`.
+    pub fn load_hook(
+        hook: Hook,
+        object: &[u8],
+        pin_dir: Option<&Path>,
+        tables: &config::FlowTables,
+    ) -> Result<Self, DataplaneError> {
         let level = crate::logrelay::ebpf_level();
         let mut loader = EbpfLoader::new();
         loader
@@ -190,39 +263,22 @@ impl KernelDataplane {
                 source: Box::new(source),
             })?;
         // Before the programs load: they refer to the ring buffer the relay takes.
-        let log_relay = LogRelay::start(&mut ebpf, log::logger())?;
-        let prog = xdp_of(&mut ebpf)?;
-        prog.load()
-            .map_err(program_error("loading the XDP program"))?;
-        // lb_nat, lb_nat_icmp and lb_tunnel run by tail call from lb_xdp; their slots are replaced
-        // in place on a restart (the pinned array outlives lbd).
-        let progs_map = ebpf.take_map(names::PROGS).ok_or(DataplaneError::Missing {
+        let log_relay = LogRelay::start(&mut ebpf, log::logger(), hook)?;
+        let hp = programs_of(hook);
+        load_program(&mut ebpf, hook, hp.ingress)?;
+        // The nat, nat-ICMP and tunnel programs run by tail call from the ingress
+        // program; their slots are replaced in place on a restart (the pinned array
+        // outlives lbd).
+        let progs_map = ebpf.take_map(hp.progs).ok_or(DataplaneError::Missing {
             what: "map",
-            name: names::PROGS,
+            name: hp.progs,
         })?;
-        let mut progs =
-            ProgramArray::try_from(progs_map).map_err(map_error("open", names::PROGS))?;
-        for (slot, name) in [
-            (0, names::NAT_PROGRAM),
-            (1, names::NAT_ICMP_PROGRAM),
-            (2, names::TUNNEL_PROGRAM),
-        ] {
-            let prog: &mut Xdp = ebpf
-                .program_mut(name)
-                .ok_or(DataplaneError::Missing {
-                    what: "program",
-                    name,
-                })?
-                .try_into()
-                .map_err(program_error(format!("{name} is not XDP")))?;
-            prog.load()
-                .map_err(program_error(format!("loading {name}")))?;
-            let fd = prog
-                .fd()
-                .map_err(program_error(format!("{name} has no fd")))?;
+        let mut progs = ProgramArray::try_from(progs_map).map_err(map_error("open", hp.progs))?;
+        for (slot, name) in hp.tail {
+            let fd = load_program(&mut ebpf, hook, name)?;
             progs
-                .set(slot, fd, 0)
-                .map_err(map_error("set", names::PROGS))?;
+                .set(slot, &fd, 0)
+                .map_err(map_error("set", hp.progs))?;
         }
         let mut maps = MapSet::take(&mut ebpf)?;
         if let Some(m) = &migration {
@@ -237,6 +293,7 @@ impl KernelDataplane {
             _progs: progs,
             _log_relay: log_relay,
             ebpf,
+            hook,
             link: Attachment::None,
             migration,
         })
@@ -281,7 +338,7 @@ impl KernelDataplane {
         Ok(prog)
     }
 
-    /// The XDP program, e.g. for `BPF_PROG_TEST_RUN`.
+    /// The XDP program, e.g. for `BPF_PROG_TEST_RUN` (loaded only with [`Hook::Xdp`]).
     ///
     /// # Errors
     /// Only if the object lacks the program, which `load` already ruled out.
@@ -305,6 +362,20 @@ impl KernelDataplane {
         out
     }
 
+    /// The TC program `lb_tc` (loaded only with [`Hook::Tc`]).
+    ///
+    /// # Errors
+    /// Only if the object lacks the program.
+    pub fn tc_program(&mut self) -> Result<&mut SchedClassifier, DataplaneError> {
+        tc_of(&mut self.ebpf)
+    }
+
+    /// The hook whose programs are loaded.
+    #[must_use]
+    pub fn hook(&self) -> Hook {
+        self.hook
+    }
+
     /// Attaches the program to `interface` (resolved in the calling thread's network
     /// namespace).
     ///
@@ -312,15 +383,21 @@ impl KernelDataplane {
     /// previous agent left one there, it is switched to this program in one atomic
     /// update (`bpf_link_update`), so not a packet goes unhandled during a restart.
     ///
+    /// With [`Hook::Tc`] `lb_tc` is attached on TCX ingress instead (`mode` does not
+    /// apply), pinned and replaced the same way.
+    ///
     /// # Errors
     /// Unknown interface, a driver that refuses the requested mode, or a pin that is not
-    /// an XDP link.
+    /// an XDP link (a TCX link).
     pub fn attach(
         &mut self,
         interface: &str,
         mode: config::XdpMode,
         link_pin: Option<&Path>,
     ) -> Result<AttachOutcome, DataplaneError> {
+        if self.hook == Hook::Tc {
+            return self.attach_tc(interface, link_pin);
+        }
         let aya_mode = match mode {
             config::XdpMode::Native => XdpMode::Driver,
             config::XdpMode::Generic => XdpMode::Skb,
@@ -389,6 +466,71 @@ impl KernelDataplane {
         Ok(outcome)
     }
 
+    /// [`KernelDataplane::attach`] of `lb_tc`: TCX ingress (kernel 6.6 or later; no
+    /// qdisc needed), first in the interface's chain as aya orders it by default.
+    fn attach_tc(
+        &mut self,
+        interface: &str,
+        link_pin: Option<&Path>,
+    ) -> Result<AttachOutcome, DataplaneError> {
+        let failed = |what: &str| program_error(format!("{what} TC ingress (TCX) on {interface}"));
+        let prog = self.tc_program()?;
+        let Some(path) = link_pin else {
+            let id = prog
+                .attach(interface, TcAttachType::Ingress)
+                .map_err(failed("attaching"))?;
+            self.link = Attachment::OwnedTc {
+                interface: interface.to_owned(),
+                id,
+            };
+            return Ok(AttachOutcome::Attached);
+        };
+        let (outcome, id) = if path.exists() {
+            let pinned = PinnedLink::from_pin(path).map_err(|source| DataplaneError::Program {
+                action: format!("opening the pinned link {}", path.display()),
+                source: Box::new(source),
+            })?;
+            let link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(|source| {
+                DataplaneError::Program {
+                    action: format!("{} is not a TCX link", path.display()),
+                    source: Box::new(source),
+                }
+            })?;
+            let id = prog
+                .attach_to_link(link)
+                .map_err(failed("replacing the program of the pinned link for"))?;
+            (AttachOutcome::Replaced, id)
+        } else {
+            let id = prog
+                .attach(interface, TcAttachType::Ingress)
+                .map_err(failed("attaching"))?;
+            (AttachOutcome::Attached, id)
+        };
+        let mut link = prog.take_link(id).map_err(failed("taking the link of"))?;
+        if outcome == AttachOutcome::Attached {
+            let fd = FdLink::try_from(link).map_err(|source| DataplaneError::Program {
+                action: "the TC attachment is not a TCX link (kernel older than 6.6?)".into(),
+                source: Box::new(source),
+            })?;
+            let pinned = fd.pin(path).map_err(|source| DataplaneError::Program {
+                action: format!("pinning the TCX link at {}", path.display()),
+                source: Box::new(source),
+            })?;
+            link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(|source| {
+                DataplaneError::Program {
+                    action: "re-opening the pinned link".into(),
+                    source: Box::new(source),
+                }
+            })?;
+        }
+        self.link = Attachment::PinnedTc {
+            interface: interface.to_owned(),
+            path: path.to_owned(),
+            link,
+        };
+        Ok(outcome)
+    }
+
     /// Detaches the program (also a pinned attachment, whose pin is removed).
     ///
     /// # Errors
@@ -412,6 +554,22 @@ impl KernelDataplane {
                 // With the pin gone, closing the last descriptor releases the link.
                 link.detach()
                     .map_err(program_error(format!("detaching XDP from {interface}")))
+            }
+            Attachment::OwnedTc { interface, id } => self
+                .tc_program()?
+                .detach(id)
+                .map_err(program_error(format!("detaching TC from {interface}"))),
+            Attachment::PinnedTc {
+                interface,
+                path,
+                link,
+            } => {
+                std::fs::remove_file(&path).map_err(|source| DataplaneError::Program {
+                    action: format!("removing the link pin {}", path.display()),
+                    source: Box::new(source),
+                })?;
+                link.detach()
+                    .map_err(program_error(format!("detaching TC from {interface}")))
             }
         }
     }
@@ -467,6 +625,55 @@ impl std::fmt::Debug for KernelDataplane {
             .field("link", &self.link)
             .finish_non_exhaustive()
     }
+}
+
+fn tc_of(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, DataplaneError> {
+    let missing = DataplaneError::Missing {
+        what: "program",
+        name: names::TC_PROGRAM,
+    };
+    let prog = ebpf.program_mut(names::TC_PROGRAM).ok_or(missing)?;
+    prog.try_into()
+        .map_err(program_error("the program is not a TC classifier"))
+}
+
+/// Loads program `name` as a program of `hook`'s type; a descriptor of it for a
+/// tail-call slot.
+fn load_program(
+    ebpf: &mut Ebpf,
+    hook: Hook,
+    name: &'static str,
+) -> Result<aya::programs::ProgramFd, DataplaneError> {
+    let prog = ebpf.program_mut(name).ok_or(DataplaneError::Missing {
+        what: "program",
+        name,
+    })?;
+    let fd = match hook {
+        Hook::Xdp => {
+            let prog: &mut Xdp = prog
+                .try_into()
+                .map_err(program_error(format!("{name} is not XDP")))?;
+            prog.load()
+                .map_err(program_error(format!("loading {name}")))?;
+            prog.fd()
+                .map_err(program_error(format!("{name} has no fd")))?
+                .try_clone()
+        }
+        Hook::Tc => {
+            let prog: &mut SchedClassifier = prog
+                .try_into()
+                .map_err(program_error(format!("{name} is not a TC classifier")))?;
+            prog.load()
+                .map_err(program_error(format!("loading {name}")))?;
+            prog.fd()
+                .map_err(program_error(format!("{name} has no fd")))?
+                .try_clone()
+        }
+    };
+    fd.map_err(|source| DataplaneError::Program {
+        action: format!("duplicating the descriptor of {name}"),
+        source: Box::new(source),
+    })
 }
 
 fn xdp_of(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {

@@ -21,7 +21,7 @@ use std::{os::fd::OwnedFd, thread::JoinHandle};
 use aya::{
     Ebpf,
     maps::{MapData, ProgramArray},
-    programs::Xdp,
+    programs::{SchedClassifier, Xdp},
 };
 use aya_log::EbpfLogger;
 use lb_model::dataplane::DataplaneError;
@@ -35,6 +35,12 @@ pub const LOG_PROGRAM: &str = "lb_log";
 
 /// The log build's tail-call slot for [`LOG_PROGRAM`].
 pub const LOG_PROGS: &str = "LB_LOG_PROGS";
+
+/// [`LOG_PROGRAM`] of the TC programs (`node.hook = "tc"`).
+pub const TC_LOG_PROGRAM: &str = "lb_tc_log";
+
+/// The tail-call slot for [`TC_LOG_PROGRAM`].
+pub const TC_LOG_PROGS: &str = "LB_TC_LOG_PROGS";
 
 /// The log build's per-CPU notes of a packet's decisions, read by [`LOG_PROGRAM`].
 pub const LOG_NOTE: &str = "LB_LOG_NOTE";
@@ -71,6 +77,7 @@ impl LogRelay {
     pub(crate) fn start(
         ebpf: &mut Ebpf,
         logger: &'static dyn log::Log,
+        hook: lb_model::config::Hook,
     ) -> Result<Option<Self>, DataplaneError> {
         if ebpf.map(LOG_MAP).is_none() {
             return Ok(None);
@@ -83,28 +90,41 @@ impl LogRelay {
         };
         let logger = EbpfLogger::init_with_logger(ebpf, logger)
             .map_err(|e| failed("opening the BPF log ring buffer", Box::new(e)))?;
-        let progs = ebpf.take_map(LOG_PROGS).ok_or(DataplaneError::Missing {
+        let tc = hook == lb_model::config::Hook::Tc;
+        let (slot, name) = if tc {
+            (TC_LOG_PROGS, TC_LOG_PROGRAM)
+        } else {
+            (LOG_PROGS, LOG_PROGRAM)
+        };
+        let progs = ebpf.take_map(slot).ok_or(DataplaneError::Missing {
             what: "map",
-            name: LOG_PROGS,
+            name: slot,
         })?;
         let mut progs = ProgramArray::try_from(progs)
             .map_err(|e| failed("opening the log program's slot", Box::new(e)))?;
-        let prog: &mut Xdp = ebpf
-            .program_mut(LOG_PROGRAM)
-            .ok_or(DataplaneError::Missing {
-                what: "program",
-                name: LOG_PROGRAM,
-            })?
-            .try_into()
-            .map_err(|e| failed("lb_log is not XDP", Box::new(e)))?;
-        prog.load()
-            .map_err(|e| failed("loading lb_log", Box::new(e)))?;
-        let fd = prog
-            .fd()
-            .map_err(|e| failed("lb_log has no fd", Box::new(e)))?;
+        let prog = ebpf.program_mut(name).ok_or(DataplaneError::Missing {
+            what: "program",
+            name,
+        })?;
+        let loaded = if tc {
+            let prog: &mut SchedClassifier = prog
+                .try_into()
+                .map_err(|e| failed("lb_tc_log is not a TC classifier", Box::new(e)))?;
+            prog.load()
+                .and_then(|()| prog.fd().map(|fd| fd.try_clone()))
+        } else {
+            let prog: &mut Xdp = prog
+                .try_into()
+                .map_err(|e| failed("lb_log is not XDP", Box::new(e)))?;
+            prog.load()
+                .and_then(|()| prog.fd().map(|fd| fd.try_clone()))
+        };
+        let fd = loaded
+            .map_err(|e| failed("loading the log program", Box::new(e)))?
+            .map_err(|e| failed("duplicating the log program's descriptor", Box::new(e)))?;
         progs
-            .set(0, fd, 0)
-            .map_err(|e| failed("installing lb_log", Box::new(e)))?;
+            .set(0, &fd, 0)
+            .map_err(|e| failed("installing the log program", Box::new(e)))?;
         let (wake, stop) =
             pipe().map_err(|e| failed("making the log relay's pipe", Box::new(e)))?;
         let thread = std::thread::Builder::new()

@@ -152,6 +152,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let interface = agent.config().node.interface.clone();
     tracing::info!(
         interface = %interface,
+        hook = agent.config().node.hook.name(),
         xdp_mode = ?agent.config().node.xdp_mode,
         services = agent.config().services.len(),
         "attached"

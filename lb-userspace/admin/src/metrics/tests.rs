@@ -18,6 +18,7 @@ fn status() -> Status {
         config_path: "/etc/lbd/lbd.toml".into(),
         config_generation: 2,
         interface: "eth0".into(),
+        hook: lb_model::config::Hook::Xdp,
         xdp_mode: "native".into(),
         pin_path: "/sys/fs/bpf/lb".into(),
         services: 1,

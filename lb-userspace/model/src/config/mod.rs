@@ -19,7 +19,7 @@ pub use flows::{FlowTables, NatTimeoutsConfig};
 pub use l7::{L7Config, Limits};
 pub use model::{
     BackendConfig, Config, DurationText, EndpointSlicesConfig, EtcdConfig, FadeInConfig,
-    ForwardingModeConfig, HealthCheckConfig, HealthCheckKind, NodeConfig, PortSpec, Protocol,
+    ForwardingModeConfig, HealthCheckConfig, HealthCheckKind, Hook, NodeConfig, PortSpec, Protocol,
     ServiceConfig, XdpMode,
 };
 pub use trust::TrustedProxies;

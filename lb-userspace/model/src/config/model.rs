@@ -2,7 +2,7 @@
 
 use std::{fmt, net::IpAddr};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 pub use super::duration_text::DurationText;
@@ -24,7 +24,12 @@ pub struct Config {
 pub struct NodeConfig {
     /// The interface VIP traffic arrives on; the XDP program attaches here.
     pub interface: String,
-    /// How the XDP program attaches (default `native`).
+    /// Where the data plane runs (default `xdp`): `tc` attaches its TC twin on
+    /// ingress (TCX) instead, for interfaces where XDP cannot attach or another
+    /// program owns the XDP hook.
+    #[serde(default)]
+    pub hook: Hook,
+    /// How the XDP program attaches (default `native`; not used with `hook = "tc"`).
     #[serde(default)]
     pub xdp_mode: XdpMode,
     /// Seed of the flow hash; every node of a fleet must use the same one so that all
@@ -199,6 +204,29 @@ impl NodeConfig {
 
 fn default_hash_seed() -> u32 {
     0x5eed
+}
+
+/// The hook the data plane's programs run on.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Hook {
+    /// XDP (`lb_xdp`), before the kernel allocates an skb: fastest.
+    #[default]
+    Xdp,
+    /// TC ingress (`lb_tc`), on the skb: any interface, other XDP programs
+    /// unaffected; GRO-merged packets are steered whole.
+    Tc,
+}
+
+impl Hook {
+    /// The name the config and the status use.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Xdp => "xdp",
+            Self::Tc => "tc",
+        }
+    }
 }
 
 /// XDP attach mode.
