@@ -2,7 +2,8 @@
 //! (so L2 DSR cannot reach them), each backend running `lbd decap` with the VIPs on
 //! `lo`: real TCP connections and UDP exchanges from the client, answered by the
 //! backends straight to the client (the router carries the answers; the node never
-//! sees them), in XDP generic and native mode, both families and across them; held
+//! sees them), in XDP generic and native mode and on the TC hook, both families and
+//! across them; held
 //! connections through a backend change and an lbd restart.
 
 use std::net::{IpAddr, SocketAddr};
@@ -43,7 +44,12 @@ fn config(xdp_mode: &str, mode: &str, vip: IpAddr, list: &[IpAddr], block: bool)
         .map(|b| format!("{{ address = \"{b}\" }}"))
         .collect();
     let list = list.join(", ");
-    let mut text = format!("[node]\ninterface = \"eth0\"\nxdp_mode = \"{xdp_mode}\"\n");
+    // "tc" runs the TC ingress twin instead of XDP.
+    let mut text = if xdp_mode == "tc" {
+        "[node]\ninterface = \"eth0\"\nhook = \"tc\"\n".to_owned()
+    } else {
+        format!("[node]\ninterface = \"eth0\"\nxdp_mode = \"{xdp_mode}\"\n")
+    };
     if block {
         text.push_str(&format!(
             "[node.tunnel]\nsource_v4 = \"198.18.200.0/24\"\nsource_v6 = \"2001:db8:200::/64\"\ngue_port = {GUE_PORT}\n"
@@ -157,6 +163,13 @@ fn ipip_ipv6_generic_mode_tcp_and_udp() {
 fn gue_ipv6_native_mode_tcp_and_udp() {
     lb_testbed::needs_root!();
     steer("native", "gue", VIP6.into(), true, true);
+}
+
+#[test]
+fn ipip_and_gue_on_the_tc_hook() {
+    lb_testbed::needs_root!();
+    steer("tc", "ipip", VIP.into(), false, true);
+    steer("tc", "gue", VIP6.into(), true, false);
 }
 
 #[test]
