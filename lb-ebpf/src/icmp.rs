@@ -342,30 +342,11 @@ pub fn write_frag_needed_v4(ctx: &impl Ctx, l3: usize, key: &FlowKey, mtu: u32) 
     let Some(body) = ptr_at::<[u8; ICMP_LEN + IPV4_LEN + 8]>(ctx, l3 + IPV4_LEN) else {
         return false;
     };
-    let (src, dst) = (crate::csum::v4_of(&key.dst), crate::csum::v4_of(&key.src));
-    let words = [
-        0x4500,
-        u32::from(LEN),
-        u32::from(u16::from_be_bytes([64, proto::ICMP])),
-        u32::from(u16::from_be_bytes([src[0], src[1]])),
-        u32::from(u16::from_be_bytes([src[2], src[3]])),
-        u32::from(u16::from_be_bytes([dst[0], dst[1]])),
-        u32::from(u16::from_be_bytes([dst[2], dst[3]])),
-    ];
-    let check = !crate::csum::fold(words.iter().sum());
+    let addrs = (crate::csum::v4_of(&key.dst), crate::csum::v4_of(&key.src));
     let mtu = (mtu.min(0xffff) as u16).to_be_bytes();
     // SAFETY: ptr_at checked both ranges.
     unsafe {
-        (*ip).version_ihl = 0x45;
-        (*ip).tos = 0;
-        (*ip).tot_len = LEN.to_be_bytes();
-        (*ip).id = [0, 0];
-        (*ip).frag = [0, 0];
-        (*ip).ttl = 64;
-        (*ip).proto = proto::ICMP;
-        (*ip).check = check.to_be_bytes();
-        (*ip).src = src;
-        (*ip).dst = dst;
+        crate::csum::write_ipv4(ip, 0, LEN, false, [64, proto::ICMP], addrs);
         let b = &mut *body;
         b[..8].copy_from_slice(&[
             ICMP_DEST_UNREACH,

@@ -341,32 +341,10 @@ fn write_ipv4(
         return false;
     };
     let tot_len = payload + IPV4_LEN as u16;
-    let (s, d) = (crate::csum::v4_of(src), crate::csum::v4_of(dst));
-    let words = [
-        u32::from(u16::from_be_bytes([0x45, tos])),
-        u32::from(tot_len),
-        0x4000,
-        u32::from(u16::from_be_bytes([TTL, proto])),
-        u32::from(u16::from_be_bytes([s[0], s[1]])),
-        u32::from(u16::from_be_bytes([s[2], s[3]])),
-        u32::from(u16::from_be_bytes([d[0], d[1]])),
-        u32::from(u16::from_be_bytes([d[2], d[3]])),
-    ];
-    let check = !crate::csum::fold(words.iter().sum());
-    // SAFETY: ptr_at checked the header's bounds.
-    unsafe {
-        (*ip).version_ihl = 0x45;
-        (*ip).tos = tos;
-        (*ip).tot_len = tot_len.to_be_bytes();
-        (*ip).id = [0, 0];
-        // Don't fragment: the packet was checked against the route's MTU.
-        (*ip).frag = [0x40, 0];
-        (*ip).ttl = TTL;
-        (*ip).proto = proto;
-        (*ip).check = check.to_be_bytes();
-        (*ip).src = s;
-        (*ip).dst = d;
-    }
+    let addrs = (crate::csum::v4_of(src), crate::csum::v4_of(dst));
+    // SAFETY: ptr_at checked the header's bounds. Don't fragment: the packet was
+    // checked against the route's MTU.
+    unsafe { crate::csum::write_ipv4(ip, tos, tot_len, true, [TTL, proto], addrs) };
     true
 }
 

@@ -205,6 +205,20 @@ impl Held {
     }
 }
 
+/// Asserts that every held connection still answers, from the backend it started on
+/// (`on`, what its first [`Held::ask`] returned); `round` names the moment.
+///
+/// # Panics
+/// On the first connection that broke or moved.
+pub fn assert_held_intact(held: &mut [Held], on: &[String], round: &str) {
+    for (i, (conn, was)) in held.iter_mut().zip(on).enumerate() {
+        let now = conn
+            .ask(&format!("{round}-{i}"))
+            .unwrap_or_else(|e| panic!("{round}: held connection {i} (on {was}) broke: {e}"));
+        assert_eq!(&now, was, "{round}: held connection {i} moved");
+    }
+}
+
 /// One short echo connection (call inside the client's namespace): connects, sends a
 /// line, reads the answer, and closes first (so the client, not the backend, ends in
 /// TIME_WAIT). Returns the name of the backend that answered.

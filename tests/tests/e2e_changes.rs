@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use lb_testbed::{
     LbdProcess, Topology, TopologyOptions,
     topology::{VIP, backend_addr},
-    traffic::{Held, Server, ServerKind, Tally, http_requests, serve_backends},
+    traffic::{Held, Server, ServerKind, Tally, assert_held_intact, http_requests, serve_backends},
 };
 
 const HTTP_PORT: u16 = 80;
@@ -76,20 +76,10 @@ fn reload_then_probe(
 ) -> Tally {
     let outcome = lbd.reload(config);
     assert!(outcome.applied(), "{round}: {outcome}\n{}", lbd.log());
-    assert_all_held_intact(held, on, round);
+    assert_held_intact(held, on, round);
     let fresh = http_requests(&topo.client, VIP, HTTP_PORT, n);
     assert!(fresh.failures.is_empty(), "{round}: {:?}", fresh.failures);
     fresh
-}
-
-/// Every held connection still answers, from the backend it started on.
-fn assert_all_held_intact(held: &mut [Held], on: &[String], round: &str) {
-    for (i, (conn, was)) in held.iter_mut().zip(on).enumerate() {
-        let now = conn
-            .ask(&format!("{round}-{i}"))
-            .unwrap_or_else(|e| panic!("{round}: held connection {i} (on {was}) broke: {e}"));
-        assert_eq!(&now, was, "{round}: held connection {i} moved");
-    }
 }
 
 #[test]
@@ -183,7 +173,7 @@ fn backend_changes_and_bad_reloads_never_move_established_flows() {
             ),
         "names the file, line, field and problem: {state}"
     );
-    assert_all_held_intact(&mut held, &on, "after-bad-reload");
+    assert_held_intact(&mut held, &on, "after-bad-reload");
     let after_bad = http_requests(&topo.client, VIP, HTTP_PORT, 30);
     assert!(after_bad.failures.is_empty(), "{:?}", after_bad.failures);
     assert!(
@@ -245,7 +235,7 @@ fn restarting_lbd_under_traffic_breaks_no_connection() {
         during.failures
     );
     assert_eq!(during.ok(), 400);
-    assert_all_held_intact(&mut held, &on, "after-restart");
+    assert_held_intact(&mut held, &on, "after-restart");
     assert_eq!(
         link(),
         link_before,

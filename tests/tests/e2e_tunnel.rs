@@ -12,7 +12,7 @@ use lb_testbed::{
     LbdProcess,
     routed::{DecapProcess, RoutedTopology, routed_backend, routed_backend6},
     topology::{VIP, VIP6},
-    traffic::{Held, Server, http_requests, udp_requests},
+    traffic::{Held, Server, assert_held_intact, http_requests, udp_requests},
 };
 
 const HTTP_PORT: u16 = 80;
@@ -178,16 +178,6 @@ fn gue_ipv4_vip_over_ipv6_backends() {
     steer("generic", "gue", VIP.into(), true, false);
 }
 
-/// Every held connection still answers, from the backend it started on.
-fn assert_held(held: &mut [Held], on: &[String], round: &str) {
-    for (i, (conn, was)) in held.iter_mut().zip(on).enumerate() {
-        let now = conn
-            .ask(&format!("{round}-{i}"))
-            .unwrap_or_else(|e| panic!("{round}: held connection {i} (on {was}) broke: {e}"));
-        assert_eq!(&now, was, "{round}: held connection {i} moved");
-    }
-}
-
 #[test]
 fn held_tunnelled_connections_survive_backend_changes_and_a_restart() {
     lb_testbed::needs_root!();
@@ -207,7 +197,7 @@ fn held_tunnelled_connections_survive_backend_changes_and_a_restart() {
     // A backend joins: nothing held moves, and the new one takes new flows.
     let outcome = lbd.reload(&config("generic", "ipip", vip, &all, true));
     assert!(outcome.applied(), "{outcome}\n{}", lbd.log());
-    assert_held(&mut held, &on, "after an add");
+    assert_held_intact(&mut held, &on, "after an add");
     let fresh = http_requests(&bed.topo.client, vip, HTTP_PORT, 60);
     assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
     assert!(
@@ -218,7 +208,7 @@ fn held_tunnelled_connections_survive_backend_changes_and_a_restart() {
     // One of the first two leaves: its held connections keep going (draining).
     let outcome = lbd.reload(&config("generic", "ipip", vip, &[all[1], all[2]], true));
     assert!(outcome.applied(), "{outcome}\n{}", lbd.log());
-    assert_held(&mut held, &on, "after a removal");
+    assert_held_intact(&mut held, &on, "after a removal");
     let fresh = http_requests(&bed.topo.client, vip, HTTP_PORT, 60);
     assert!(fresh.failures.is_empty(), "{:?}", fresh.failures);
     assert!(
@@ -229,7 +219,7 @@ fn held_tunnelled_connections_survive_backend_changes_and_a_restart() {
     // A restart: the pinned data plane forwards meanwhile and the next lbd adopts it.
     let code = lbd.restart();
     assert_eq!(code, Some(0), "{}", lbd.log());
-    assert_held(&mut held, &on, "after a restart");
+    assert_held_intact(&mut held, &on, "after a restart");
     let (code, log) = lbd.stop();
     assert_eq!(code, Some(0), "{log}");
 }

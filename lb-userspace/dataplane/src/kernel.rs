@@ -547,10 +547,7 @@ impl KernelDataplane {
                 path,
                 link,
             } => {
-                std::fs::remove_file(&path).map_err(|source| DataplaneError::Program {
-                    action: format!("removing the link pin {}", path.display()),
-                    source: Box::new(source),
-                })?;
+                remove_link_pin(&path)?;
                 // With the pin gone, closing the last descriptor releases the link.
                 link.detach()
                     .map_err(program_error(format!("detaching XDP from {interface}")))
@@ -564,10 +561,7 @@ impl KernelDataplane {
                 path,
                 link,
             } => {
-                std::fs::remove_file(&path).map_err(|source| DataplaneError::Program {
-                    action: format!("removing the link pin {}", path.display()),
-                    source: Box::new(source),
-                })?;
+                remove_link_pin(&path)?;
                 link.detach()
                     .map_err(program_error(format!("detaching TC from {interface}")))
             }
@@ -672,6 +666,14 @@ fn load_program(
     };
     fd.map_err(|source| DataplaneError::Program {
         action: format!("duplicating the descriptor of {name}"),
+        source: Box::new(source),
+    })
+}
+
+/// Removes a pinned link's pin (the link itself goes when its last descriptor closes).
+fn remove_link_pin(path: &Path) -> Result<(), DataplaneError> {
+    std::fs::remove_file(path).map_err(|source| DataplaneError::Program {
+        action: format!("removing the link pin {}", path.display()),
         source: Box::new(source),
     })
 }

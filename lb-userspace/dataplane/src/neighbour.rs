@@ -66,18 +66,10 @@ impl Neighbours {
     /// # Errors
     /// socket(2), bind(2) or getsockname(2) failed (e.g. `EMFILE`).
     pub fn open() -> io::Result<Self> {
-        let sock = socket_with(
-            AddressFamily::NETLINK,
-            SocketType::RAW,
-            SocketFlags::CLOEXEC,
-            // NETLINK_ROUTE is protocol 0, the default.
-            None,
-        )?;
-        bind(&sock, &SocketAddrNetlink::new(0, 0))?;
+        let sock = route_socket(ACK_TIMEOUT)?;
         let port = SocketAddrNetlink::try_from(getsockname(&sock)?)
             .map_err(|_| io::Error::other("getsockname of a netlink socket is not netlink"))?
             .pid();
-        sockopt::set_socket_timeout(&sock, sockopt::Timeout::Recv, Some(ACK_TIMEOUT))?;
         Ok(Self {
             sock,
             port,
@@ -177,6 +169,23 @@ impl Neighbours {
         }
         Ok(codes.into_iter().map(|c| c.unwrap_or(0)).collect())
     }
+}
+
+/// A bound rtnetlink (`NETLINK_ROUTE`) socket whose receives give up after `timeout`.
+///
+/// # Errors
+/// socket(2), bind(2) or setsockopt(2) failed.
+pub(crate) fn route_socket(timeout: Duration) -> io::Result<OwnedFd> {
+    let sock = socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        // NETLINK_ROUTE is protocol 0, the default.
+        None,
+    )?;
+    bind(&sock, &SocketAddrNetlink::new(0, 0))?;
+    sockopt::set_socket_timeout(&sock, sockopt::Timeout::Recv, Some(timeout))?;
+    Ok(sock)
 }
 
 /// One acknowledgement: the request's sequence number, the port it was sent to, and

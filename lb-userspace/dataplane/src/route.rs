@@ -10,10 +10,7 @@
 
 use std::{io, net::IpAddr, time::Duration};
 
-use rustix::net::{
-    AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, bind, netlink::SocketAddrNetlink,
-    recv, sendto, socket_with, sockopt,
-};
+use rustix::net::{RecvFlags, SendFlags, netlink::SocketAddrNetlink, recv, sendto};
 
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
@@ -43,14 +40,7 @@ pub struct Route {
 /// The socket failed, or the kernel answered with an error (e.g. `ENETUNREACH`: no
 /// route).
 pub fn get(dst: IpAddr) -> io::Result<Route> {
-    let sock = socket_with(
-        AddressFamily::NETLINK,
-        SocketType::RAW,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    bind(&sock, &SocketAddrNetlink::new(0, 0))?;
-    sockopt::set_socket_timeout(&sock, sockopt::Timeout::Recv, Some(Duration::from_secs(5)))?;
+    let sock = crate::neighbour::route_socket(Duration::from_secs(5))?;
     let seq = 1u32;
     sendto(
         &sock,
