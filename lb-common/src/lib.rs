@@ -17,6 +17,7 @@ pub mod counters;
 pub mod decap;
 pub mod hash;
 pub mod maps;
+pub mod probe;
 pub mod tunnel;
 
 pub use counters::{
@@ -28,3 +29,4 @@ pub use maps::{
     AddrKey, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, NatState,
     NatTimeouts, TableChunk, TunnelConfig, VipInfo, VipKey,
 };
+pub use probe::ProbeCounter;

@@ -79,6 +79,10 @@ pub mod names {
     pub const DECAP_CONFIG: &str = "LB_DECAP_CONFIG_V1";
     /// `lb_decap`'s per-CPU counters indexed by [`crate::DecapCounter`].
     pub const DECAP_COUNTERS: &str = "LB_DECAP_COUNTERS_V1";
+    /// The node's TC egress program sending health probes through the tunnel.
+    pub const PROBE_PROGRAM: &str = "lb_probe";
+    /// `lb_probe`'s counters (per CPU, indexed by `ProbeCounter`).
+    pub const PROBE_COUNTERS: &str = "LB_PROBE_COUNTERS_V1";
 }
 
 /// Most VIP entries (service ids are `< MAX_SERVICES`).

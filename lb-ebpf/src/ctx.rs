@@ -227,44 +227,7 @@ impl Ctx for TcContext {
         if self.gso_size() == 0 {
             return self.grow_front(len);
         }
-        let mut flags = if outer6 {
-            BPF_F_ADJ_ROOM_ENCAP_L3_IPV6
-        } else {
-            BPF_F_ADJ_ROOM_ENCAP_L3_IPV4
-        };
-        if udp {
-            flags |= BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
-        }
-        // Room after the 14-byte link header, the GSO type and inner headers set, the
-        // segment size lowered by `len` so each segment leaves as big as it came. Then
-        // the link header is copied to just before the old frame's rest, so the layout
-        // is the one `grow_front` leaves (the old frame at `len`; `len` >= 20 > 14).
-        // SAFETY: plain helper call on this program's context.
-        if unsafe { bpf_skb_adjust_room(skb(self), len as i32, BPF_ADJ_ROOM_MAC, u64::from(flags)) }
-            != 0
-        {
-            return false;
-        }
-        let (Some(front), Some(back)) = (
-            ptr_at::<[u8; 14]>(self, 0),
-            ptr_at::<[u8; 14]>(self, len as usize),
-        ) else {
-            return false;
-        };
-        // Word-sized copies: a 14-byte array copy would go byte by byte.
-        // SAFETY: both ranges checked; they do not overlap.
-        unsafe {
-            let (from, to) = (front.cast::<u8>(), back.cast::<u8>());
-            to.cast::<u64>()
-                .write_unaligned(from.cast::<u64>().read_unaligned());
-            to.add(8)
-                .cast::<u32>()
-                .write_unaligned(from.add(8).cast::<u32>().read_unaligned());
-            to.add(12)
-                .cast::<u16>()
-                .write_unaligned(from.add(12).cast::<u16>().read_unaligned());
-        }
-        true
+        grow_encap_room(self, len, outer6, udp)
     }
 
     #[inline(always)]
@@ -299,6 +262,52 @@ impl Ctx for TcContext {
             ) == 0
         }
     }
+}
+
+/// Grows an skb by `len` bytes for an outer header of `outer6` family (with a UDP
+/// header for `udp`) with `bpf_skb_adjust_room`'s ENCAP flags, leaving the layout
+/// [`Ctx::grow_front`] leaves: the kernel then knows the packet is a tunnel, so a GSO
+/// packet's segments get the outer header and a `CHECKSUM_PARTIAL` one (a local
+/// socket's) has its inner checksum finished on transmit, where it points.
+#[inline(always)]
+pub fn grow_encap_room(ctx: &TcContext, len: u32, outer6: bool, udp: bool) -> bool {
+    let mut flags = if outer6 {
+        BPF_F_ADJ_ROOM_ENCAP_L3_IPV6
+    } else {
+        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4
+    };
+    if udp {
+        flags |= BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
+    }
+    // Room after the 14-byte link header, the GSO type and inner headers set, the
+    // segment size lowered by `len` so each segment leaves as big as it came. Then
+    // the link header is copied to just before the old frame's rest, so the layout
+    // is the one `grow_front` leaves (the old frame at `len`; `len` >= 20 > 14).
+    // SAFETY: plain helper call on this program's context.
+    if unsafe { bpf_skb_adjust_room(skb(ctx), len as i32, BPF_ADJ_ROOM_MAC, u64::from(flags)) } != 0
+    {
+        return false;
+    }
+    let (Some(front), Some(back)) = (
+        ptr_at::<[u8; 14]>(ctx, 0),
+        ptr_at::<[u8; 14]>(ctx, len as usize),
+    ) else {
+        return false;
+    };
+    // Word-sized copies: a 14-byte array copy would go byte by byte.
+    // SAFETY: both ranges checked; they do not overlap.
+    unsafe {
+        let (from, to) = (front.cast::<u8>(), back.cast::<u8>());
+        to.cast::<u64>()
+            .write_unaligned(from.cast::<u64>().read_unaligned());
+        to.add(8)
+            .cast::<u32>()
+            .write_unaligned(from.add(8).cast::<u32>().read_unaligned());
+        to.add(12)
+            .cast::<u16>()
+            .write_unaligned(from.add(12).cast::<u16>().read_unaligned());
+    }
+    true
 }
 
 /// Linear bytes `lb_tc` wants before parsing: link header with a VLAN tag, IPv6,

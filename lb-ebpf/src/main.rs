@@ -1,7 +1,8 @@
 //! The ingress programs: `lb_xdp` on the XDP hook and its twin `lb_tc` on TC ingress
 //! (`node.hook = "tc"`), the same steering on either context (`ctx`), each with its
-//! own tail-call programs (a program array holds one program type); and, for
-//! backends, the TC program `lb_decap`.
+//! own tail-call programs (a program array holds one program type); `lb_probe` on TC
+//! egress, sending the node's health probes of tunnel services through the tunnel;
+//! and, for backends, the TC program `lb_decap`.
 //!
 //! Reads top to bottom: `maps` (every map) → `parse` (headers, bounds-checked) →
 //! `lookup` (VIP, backend) → `forward` (FIB lookup, MAC rewrite, transmit) → the verdict
@@ -26,6 +27,7 @@ mod lookup;
 mod maps;
 mod nat;
 mod parse;
+mod probe;
 mod stats;
 mod tunnel;
 
@@ -382,6 +384,17 @@ pub fn lb_decap(ctx: TcContext) -> i32 {
     let counter = decap::steer(&ctx);
     decap::count(counter);
     decap::action(counter)
+}
+
+/// The node's TC egress program: health probes of `ipip`/`gue` services (marked by
+/// lbd's probe sockets) encapsulated like client traffic; everything else passes
+/// untouched (see `probe.rs`).
+#[classifier]
+pub fn lb_probe(ctx: TcContext) -> i32 {
+    let ctx = probe::Egress(ctx);
+    let (action, counter) = probe::steer(&ctx);
+    probe::count(counter);
+    action
 }
 
 #[cfg(not(test))]

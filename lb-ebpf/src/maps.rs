@@ -135,3 +135,8 @@ pub static DECAP_CONFIG: Array<lb_common::DecapConfig> = Array::with_max_entries
 #[map(name = "LB_DECAP_COUNTERS_V1")]
 pub static DECAP_COUNTERS: PerCpuArray<u64> =
     PerCpuArray::with_max_entries(lb_common::DecapCounter::COUNT, 0);
+
+/// `lb_probe`'s counters, per CPU, indexed by `lb_common::ProbeCounter`.
+#[map(name = "LB_PROBE_COUNTERS_V1")]
+pub static PROBE_COUNTERS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(lb_common::ProbeCounter::COUNT, 0);

@@ -147,9 +147,10 @@ pub fn steer(ctx: &impl Ctx) -> Verdict {
     verdict
 }
 
-/// Encapsulates the packet to `backend` and sends it (`gue`: in UDP).
+/// Encapsulates the packet to `backend` and sends it (`gue`: in UDP). Also
+/// `lb_probe`'s, for the node's own health probes.
 #[inline(always)]
-fn to_backend(
+pub fn to_backend(
     ctx: &impl Ctx,
     pkt: &Packet,
     backend_id: u32,

@@ -41,7 +41,7 @@ pub static BPF_OBJECT_LOG: &[u8] =
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 16] = [
+pub const PINNED_MAPS: [&str; 17] = [
     names::ECHO_ADDRS,
     names::NAT,
     names::NAT_FLOWS,
@@ -58,6 +58,7 @@ pub const PINNED_MAPS: [&str; 16] = [
     names::COUNTERS,
     names::VIP_STATS,
     names::BACKEND_STATS,
+    names::PROBE_COUNTERS,
 ];
 
 /// File name of the pinned XDP link in the pin directory.
@@ -155,9 +156,11 @@ pub struct KernelDataplane {
     _progs: ProgramArray<MapData>,
     /// A log build's records on their way to the `log` crate; stops on drop.
     _log_relay: Option<LogRelay>,
+    /// `lb_probe` on TC egress (see `probe.rs`), once attached.
+    pub(crate) probe_link: Option<crate::probe::ProbeLink>,
 }
 
-fn program_error(
+pub(crate) fn program_error(
     action: impl Into<String>,
 ) -> impl FnOnce(aya::programs::ProgramError) -> DataplaneError {
     let action = action.into();
@@ -296,6 +299,7 @@ impl KernelDataplane {
             hook,
             link: Attachment::None,
             migration,
+            probe_link: None,
         })
     }
 
@@ -602,6 +606,16 @@ impl KernelDataplane {
         }
     }
 
+    /// The loaded object, for the programs outside the hook's set (`lb_probe`).
+    pub(crate) fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// The loaded object, read-only.
+    pub(crate) fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
     /// The maps, for reading counters, conntrack and tables.
     pub fn maps(&self) -> &MapSet {
         &self.maps
@@ -671,7 +685,7 @@ fn load_program(
 }
 
 /// Removes a pinned link's pin (the link itself goes when its last descriptor closes).
-fn remove_link_pin(path: &Path) -> Result<(), DataplaneError> {
+pub(crate) fn remove_link_pin(path: &Path) -> Result<(), DataplaneError> {
     std::fs::remove_file(path).map_err(|source| DataplaneError::Program {
         action: format!("removing the link pin {}", path.display()),
         source: Box::new(source),

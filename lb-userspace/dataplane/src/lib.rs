@@ -21,6 +21,8 @@ pub mod maps;
 mod migrate;
 pub mod natsweep;
 pub mod neighbour;
+#[cfg(feature = "object")]
+pub mod probe;
 pub mod route;
 pub mod sysctl;
 
