@@ -13,7 +13,8 @@ use lb_dataplane::{
     kernel::{AttachOutcome, KernelDataplane, LINK_PIN, TC_LINK_PIN, link_pin},
     maps::MapSet,
     neighbour::Neighbours,
-    possible_cpus,
+    policy, possible_cpus,
+    probe::PROBE_LINK_PIN,
     sysctl::Forwarding,
 };
 use lb_model::{
@@ -83,6 +84,29 @@ impl Host for KernelHost {
         socket.local_addr().ok().map(|a| a.ip())
     }
 
+    fn route_probes(&mut self, v6: bool, gateway: Option<IpAddr>) {
+        let family = if v6 { "ipv6" } else { "ipv4" };
+        let result = match gateway {
+            Some(g) => policy::install(v6, g, self.ifindex),
+            None => policy::remove(v6),
+        };
+        match (result, gateway) {
+            (Ok(()), Some(g)) => tracing::info!(
+                family,
+                gateway = %g,
+                interface = %self.interface,
+                table = policy::PROBE_TABLE,
+                "health probes of tunnel services routed to lb_probe"
+            ),
+            (Ok(()), None) => {}
+            (Err(err), _) => tracing::warn!(
+                family,
+                error = %err,
+                "cannot set the policy route of tunnel health probes: they fail, and their backends show unhealthy"
+            ),
+        }
+    }
+
     fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
         if self.forwarding.len() < 2 {
             let f = enable_forwarding("ipv6", &self.interface)?;
@@ -150,6 +174,21 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
         }
         AttachOutcome::Attached => {}
     }
+    // Health probes of tunnel services leave through lb_probe on TC egress (see
+    // lb_dataplane::probe); without it they would skip the tunnel.
+    let probe_pin = pin_dir.as_ref().map(|d| d.join(PROBE_LINK_PIN));
+    match agent
+        .dataplane_mut()
+        .attach_probe(&interface, probe_pin.as_deref())
+    {
+        Ok(true) => tracing::info!(interface = %interface, "took over the running lb_probe link"),
+        Ok(false) => {}
+        Err(err) => tracing::warn!(
+            interface = %interface,
+            error = %err,
+            "cannot attach lb_probe on TC egress: health probes of ipip/gue services do not go through the tunnel"
+        ),
+    }
     // A previous agent on the other hook: its program goes now that this one runs
     // (both ran for this instant: the other hook's passes are this one's input).
     if let Some(dir) = &pin_dir {
@@ -210,6 +249,10 @@ pub fn shutdown(agent: NodeAgent) -> Result<(), AgentError> {
         drained,
     } = agent.into_parts();
     dataplane.detach()?;
+    if let Err(err) = dataplane.detach_probe() {
+        tracing::warn!(error = %err, "cannot detach lb_probe");
+    }
+    remove_probe_routes();
     if let Some(dir) = config.node.pin_dir()
         && let Err(err) = KernelDataplane::unpin_maps(dir)
     {
@@ -254,7 +297,7 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
             path: dir.display().to_string(),
             source,
         };
-        for pin in [LINK_PIN, TC_LINK_PIN] {
+        for pin in [LINK_PIN, TC_LINK_PIN, PROBE_LINK_PIN] {
             match std::fs::remove_file(dir.join(pin)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(pin_error(e)),
                 _ => {}
@@ -262,6 +305,7 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
         }
         KernelDataplane::unpin_maps(dir).map_err(pin_error)?;
     }
+    remove_probe_routes();
     backends.sort_unstable();
     backends.dedup();
     if let Ok(index) = ifindex(&config.node.interface) {
@@ -274,6 +318,16 @@ pub fn cleanup(config: &ValidConfig) -> Result<(), AgentError> {
         }
     }
     Ok(())
+}
+
+/// Removes the policy rules and routes of tunnel health probes (both families; what
+/// is not there is fine), warning for what stays.
+fn remove_probe_routes() {
+    for v6 in [false, true] {
+        if let Err(err) = policy::remove(v6) {
+            tracing::warn!(v6, error = %err, "cannot remove the policy route of tunnel health probes");
+        }
+    }
 }
 
 /// Removes the neighbour entries of `addrs`, warning for each that stays.

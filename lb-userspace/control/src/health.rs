@@ -33,8 +33,12 @@ pub struct ProbeTarget {
     pub service: String,
     /// Backend address (the key results are reported under).
     pub backend: std::net::IpAddr,
-    /// Where to probe.
+    /// Where to probe: the backend's address, or for `ipip`/`gue` services the VIP
+    /// (the probe goes through the tunnel, as clients' packets do).
     pub target: SocketAddr,
+    /// The socket mark of a probe through the tunnel (`lb_common::probe::probe_mark`:
+    /// the node's policy rule and `lb_probe` act on it); `None` for a direct probe.
+    pub mark: Option<u32>,
     /// What to check.
     pub probe: Probe,
     /// Time between probes.
@@ -99,7 +103,8 @@ impl Prober {
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     every.tick().await;
-                    let outcome = probe(target.target, &target.probe, target.timeout).await;
+                    let outcome =
+                        probe(target.target, target.mark, &target.probe, target.timeout).await;
                     if tx
                         .send((target.service.clone(), target.backend, outcome))
                         .is_err()
@@ -155,16 +160,35 @@ pub enum Outcome {
     Down(String),
 }
 
-/// Runs one probe against `target` within `timeout`.
-pub async fn probe(target: SocketAddr, check: &Probe, timeout: Duration) -> Outcome {
-    match tokio::time::timeout(timeout, run(target, check)).await {
+/// Runs one probe against `target` within `timeout`, from a socket with `mark` if
+/// given (`SO_MARK`, which needs `CAP_NET_ADMIN`).
+pub async fn probe(
+    target: SocketAddr,
+    mark: Option<u32>,
+    check: &Probe,
+    timeout: Duration,
+) -> Outcome {
+    match tokio::time::timeout(timeout, run(target, mark, check)).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome::Down(format!("no answer within {timeout:?}")),
     }
 }
 
-async fn run(target: SocketAddr, check: &Probe) -> Outcome {
-    let mut conn = match TcpStream::connect(target).await {
+/// Connects to `target`, from a socket with `mark` if given.
+async fn connect(target: SocketAddr, mark: Option<u32>) -> std::io::Result<TcpStream> {
+    let Some(mark) = mark else {
+        return TcpStream::connect(target).await;
+    };
+    let domain = socket2::Domain::for_address(target);
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    socket.set_mark(mark)?;
+    socket.set_nonblocking(true)?;
+    let socket = tokio::net::TcpSocket::from_std_stream(socket.into());
+    socket.connect(target).await
+}
+
+async fn run(target: SocketAddr, mark: Option<u32>, check: &Probe) -> Outcome {
+    let mut conn = match connect(target, mark).await {
         Ok(c) => c,
         Err(e) => return Outcome::Down(format!("connect: {e}")),
     };
@@ -304,24 +328,27 @@ mod tests {
         };
         let t = Duration::from_secs(2);
         assert_eq!(
-            probe(serve_once("HTTP/1.1 204 No Content\r\n\r\n"), &ok, t).await,
+            probe(serve_once("HTTP/1.1 204 No Content\r\n\r\n"), None, &ok, t).await,
             Outcome::Up
         );
-        let down = probe(serve_once("HTTP/1.1 500 Oops\r\n\r\n"), &ok, t).await;
+        let down = probe(serve_once("HTTP/1.1 500 Oops\r\n\r\n"), None, &ok, t).await;
         assert_eq!(down, Outcome::Down("status 500, expected 200-399".into()));
-        assert_eq!(probe(serve_once(""), &Probe::Tcp, t).await, Outcome::Up);
+        assert_eq!(
+            probe(serve_once(""), None, &Probe::Tcp, t).await,
+            Outcome::Up
+        );
         // Nothing listens on a port we just released.
         let free = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("bind")
             .local_addr()
             .expect("addr");
         assert!(
-            matches!(probe(free, &Probe::Tcp, t).await, Outcome::Down(e) if e.starts_with("connect"))
+            matches!(probe(free, None, &Probe::Tcp, t).await, Outcome::Down(e) if e.starts_with("connect"))
         );
         // A server that accepts but never answers times out.
         let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let silent_addr = silent.local_addr().expect("addr");
-        let out = probe(silent_addr, &ok, Duration::from_millis(200)).await;
+        let out = probe(silent_addr, None, &ok, Duration::from_millis(200)).await;
         assert_eq!(out, Outcome::Down("no answer within 200ms".into()));
         drop(silent);
     }
@@ -332,6 +359,7 @@ mod tests {
             service: "web".into(),
             backend,
             target: SocketAddr::new(backend, port),
+            mark: None,
             probe: Probe::Tcp,
             interval: Duration::from_secs(5),
             timeout: Duration::from_secs(1),

@@ -21,6 +21,7 @@ pub mod maps;
 mod migrate;
 pub mod natsweep;
 pub mod neighbour;
+pub mod policy;
 #[cfg(feature = "object")]
 pub mod probe;
 pub mod route;

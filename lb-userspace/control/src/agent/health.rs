@@ -1,11 +1,17 @@
 //! Health checks from the agent's side: which probes the running services ask for, what
 //! a result changes, and forgetting backends that are gone.
 
-use std::{collections::HashSet, net::IpAddr, sync::Arc, time::SystemTime};
+use std::{
+    collections::HashSet,
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::SystemTime,
+};
 
+use lb_common::{ForwardingMode, probe::probe_mark};
 use lb_model::{
     config::HealthCheckKind,
-    dataplane::{MapOps, ServiceSpec},
+    dataplane::{MapOps, ServiceSpec, from_addr16},
 };
 
 use super::{Agent, AgentError, Host};
@@ -13,7 +19,11 @@ use crate::health::{Outcome, Probe, ProbeTarget, Report};
 
 impl<D, H> Agent<D, H> {
     /// The health probes the running services ask for: one per backend of each
-    /// service with a `health_check`, in service then backend order.
+    /// service with a `health_check`, in service then backend order. A backend of an
+    /// `ipip`/`gue` service is probed through the tunnel: at VIP:port (it answers from
+    /// the VIP, as for clients) with the probe mark of its backend id, which the node's
+    /// policy rule and `lb_probe` act on; a backend without an id yet (not programmed)
+    /// is not probed until it has one.
     pub fn probe_targets(&self) -> Vec<ProbeTarget> {
         let mut targets = Vec::new();
         let applied: std::collections::HashMap<&str, &ServiceSpec> =
@@ -34,11 +44,27 @@ impl<D, H> Agent<D, H> {
             let Some(spec) = applied.get(svc.name.as_str()) else {
                 continue;
             };
+            let gue = spec.mode == ForwardingMode::Gue;
+            let tunnel = gue || spec.mode == ForwardingMode::Ipip;
+            let programmed = self.programmer.service(&spec.key);
+            let vip = from_addr16(spec.key.addr);
             for &addr in &spec.backends {
+                let (target, mark) = if tunnel {
+                    let Some(id) = programmed.and_then(|p| {
+                        let i = p.backends.iter().position(|&b| b == addr)?;
+                        p.backend_ids.get(i).copied()
+                    }) else {
+                        continue;
+                    };
+                    (SocketAddr::new(vip, port), Some(probe_mark(id, gue)))
+                } else {
+                    (SocketAddr::new(addr, port), None)
+                };
                 targets.push(ProbeTarget {
                     service: svc.name.clone(),
                     backend: addr,
-                    target: std::net::SocketAddr::new(addr, port),
+                    target,
+                    mark,
                     probe: probe.clone(),
                     interval,
                     timeout,

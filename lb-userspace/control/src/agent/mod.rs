@@ -64,6 +64,12 @@ pub trait Host {
     /// itself when on-link): what a tunnel backend's packets need resolved. `None`
     /// when there is no route, or it leaves by another interface.
     fn next_hop(&mut self, addr: IpAddr) -> Option<IpAddr>;
+
+    /// Routes health probes of tunnel services of one family (`v6`) out of the node's
+    /// interface via `gateway` (a policy rule on the probe mark and a table of its
+    /// own, see `lb_dataplane::policy`), or removes that route (`None`). Failures are
+    /// logged: the probes then fail, and the backends show unhealthy.
+    fn route_probes(&mut self, v6: bool, gateway: Option<IpAddr>);
 }
 
 /// A node that changes nothing: for agents over an in-memory data plane (tests,
@@ -87,6 +93,8 @@ impl Host for NoHost {
     fn next_hop(&mut self, _: IpAddr) -> Option<IpAddr> {
         None
     }
+
+    fn route_probes(&mut self, _: bool, _: Option<IpAddr>) {}
 }
 
 /// Why the agent could not start or stop.
@@ -196,6 +204,9 @@ pub struct Agent<D, H> {
     tunnel: Option<lb_common::TunnelConfig>,
     /// Next hops of tunnel backends kept resolved, by backend.
     tunnel_hops: std::collections::BTreeMap<IpAddr, Option<IpAddr>>,
+    /// The gateways health probes of tunnel services are routed via, IPv4 and IPv6
+    /// (see [`Host::route_probes`]), as last set.
+    probe_gateways: [Option<IpAddr>; 2],
     /// Parts of the last snapshot still valid (see [`Agent::snapshot`]).
     cache: snapshot::Cache,
 }
@@ -256,6 +267,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             refused: Vec::new(),
             tunnel: None,
             tunnel_hops: std::collections::BTreeMap::new(),
+            probe_gateways: [None; 2],
             cache: snapshot::Cache::default(),
         };
         let weighted = agent.weighted_now(std::time::SystemTime::now());

@@ -156,6 +156,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         }
         self.write_tunnel(&specs)?;
         self.resolve_tunnel_hops(&specs)?;
+        self.route_probes(&specs);
         let plan = self.programmer.plan(&specs);
         let result = self
             .programmer
@@ -232,6 +233,34 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             self.host.keep_resolved(&fresh)?;
         }
         Ok(())
+    }
+
+    /// Routes the health probes of tunnel services with a `health_check`, per VIP
+    /// family, via the next hop of one of their backends of that family (resolved
+    /// already, see [`Self::resolve_tunnel_hops`]; `lb_probe` finds each probe's own
+    /// next hop); removes the route of a family no such service has.
+    fn route_probes(&mut self, specs: &[ServiceSpec]) {
+        for v6 in [false, true] {
+            let want = specs
+                .iter()
+                .filter(|s| matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue))
+                .filter(|s| lb_common::maps::is_v4_mapped(&s.key.addr) != v6)
+                .filter(|s| {
+                    self.desired
+                        .config
+                        .services
+                        .iter()
+                        .any(|c| c.name == s.name && c.health_check.is_some())
+                })
+                .flat_map(|s| s.backends.iter())
+                .filter(|b| b.is_ipv6() == v6)
+                .find_map(|b| self.tunnel_hops.get(b).copied().flatten());
+            let slot = &mut self.probe_gateways[usize::from(v6)];
+            if *slot != want {
+                self.host.route_probes(v6, want);
+                *slot = want;
+            }
+        }
     }
 
     /// Stage 2 now: the specs from the current config, slices, health and ramp starts.
