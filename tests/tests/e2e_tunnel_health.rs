@@ -109,6 +109,17 @@ fn checks_go_through_the_tunnel(mode: &str, vip: IpAddr, v6: bool) {
         }
     }
 
+    // lb_probe encapsulated them (counted per encapsulation, `lbctl stats`).
+    let sent = lbd.counter(&format!("probe_encapsulated_{mode}"));
+    assert!(
+        sent >= 2 * 3 * 5,
+        "probes encapsulated: {sent}\n{}",
+        lbd.log()
+    );
+    for c in ["drop_unknown_backend", "drop_malformed", "drop_no_route"] {
+        assert_eq!(lbd.counter(&format!("probe_{c}")), 0, "probe_{c}");
+    }
+
     // backend-2's decap stops: its probes are dropped there, as clients' packets are.
     decap[1] = None;
     let took = wait_health(&mut lbd, "web", list[1], "unhealthy");

@@ -62,12 +62,18 @@ fn read(
     names: &std::collections::HashMap<u32, String>,
 ) -> Result<Stats<u64>, String> {
     let e = |e: lb_model::dataplane::DataplaneError| e.to_string();
-    let counters = maps
+    let mut counters: Vec<(String, u64)> = maps
         .counters()
         .map_err(e)?
         .into_iter()
         .map(|(c, v)| (c.name().to_owned(), v))
         .collect();
+    // lb_probe's (tunnel health probes, on the node's egress), prefixed `probe_`.
+    if let Some(probe) = maps.probe_counts().map_err(e)? {
+        for c in lb_common::ProbeCounter::ALL {
+            counters.push((format!("probe_{}", c.name()), probe[c as usize]));
+        }
+    }
     let mut vips = Vec::new();
     let mut entries = maps.vips().map_err(e)?;
     entries.sort_by_key(|(k, _)| vip_text(k));

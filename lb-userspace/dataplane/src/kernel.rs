@@ -611,11 +611,6 @@ impl KernelDataplane {
         &mut self.ebpf
     }
 
-    /// The loaded object, read-only.
-    pub(crate) fn ebpf(&self) -> &Ebpf {
-        &self.ebpf
-    }
-
     /// The maps, for reading counters, conntrack and tables.
     pub fn maps(&self) -> &MapSet {
         &self.maps

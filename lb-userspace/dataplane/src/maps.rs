@@ -31,6 +31,8 @@ pub struct MapSet {
     pub(crate) vip_stats: PerCpuArray<MapData, TrafficStats>,
     pub(crate) backend_stats: PerCpuArray<MapData, TrafficStats>,
     pub(crate) echo: HashMap<MapData, AddrKey, u32>,
+    /// `lb_probe`'s counters; absent in the pins of a data plane from before it.
+    pub(crate) probe_counters: Option<PerCpuArray<MapData, u64>>,
 }
 
 impl std::fmt::Debug for MapSet {
@@ -86,6 +88,10 @@ impl Source for Reopen<'_> {
             names::VIP_STATS => m.vip_stats.map(),
             names::BACKEND_STATS => m.backend_stats.map(),
             names::ECHO_ADDRS => m.echo.map(),
+            names::PROBE_COUNTERS => match &m.probe_counters {
+                Some(c) => c.map(),
+                None => return Err(DataplaneError::Missing { what: "map", name }),
+            },
             _ => return Err(DataplaneError::Missing { what: "map", name }),
         };
         let id = data.info().map_err(map_error("reopen", name))?.id();
@@ -170,7 +176,29 @@ impl MapSet {
             vip_stats: typed(source, names::VIP_STATS)?,
             backend_stats: typed(source, names::BACKEND_STATS)?,
             echo: typed(source, names::ECHO_ADDRS)?,
+            probe_counters: typed(source, names::PROBE_COUNTERS).ok(),
         })
+    }
+
+    /// `lb_probe`'s counters summed over CPUs, in [`lb_common::ProbeCounter::ALL`]
+    /// order; `None` for a data plane without them.
+    ///
+    /// # Errors
+    /// The map read failed.
+    pub fn probe_counts(
+        &self,
+    ) -> Result<Option<[u64; lb_common::ProbeCounter::COUNT as usize]>, DataplaneError> {
+        let Some(map) = &self.probe_counters else {
+            return Ok(None);
+        };
+        let mut out = [0; lb_common::ProbeCounter::COUNT as usize];
+        for c in lb_common::ProbeCounter::ALL {
+            let per_cpu = map
+                .get(&(c as u32), 0)
+                .map_err(map_error("read", names::PROBE_COUNTERS))?;
+            out[c as usize] = per_cpu.iter().sum();
+        }
+        Ok(Some(out))
     }
 
     /// A global counter summed over CPUs.

@@ -8,21 +8,15 @@
 
 use std::path::{Path, PathBuf};
 
-use aya::{
-    maps::PerCpuArray,
-    programs::{
-        Link as _, SchedClassifier, TcAttachType,
-        links::{FdLink, PinnedLink},
-        tc::{SchedClassifierLink, SchedClassifierLinkId},
-    },
+use aya::programs::{
+    Link as _, SchedClassifier, TcAttachType,
+    links::{FdLink, PinnedLink},
+    tc::{SchedClassifierLink, SchedClassifierLinkId},
 };
 use lb_common::{ProbeCounter, maps::names};
 use lb_model::dataplane::DataplaneError;
 
-use crate::{
-    kernel::{KernelDataplane, program_error, remove_link_pin},
-    maps::map_error,
-};
+use crate::kernel::{KernelDataplane, program_error, remove_link_pin};
 
 /// File name of `lb_probe`'s pinned TCX egress link in the pin directory.
 pub const PROBE_LINK_PIN: &str = "link_probe";
@@ -150,17 +144,9 @@ impl KernelDataplane {
     /// # Errors
     /// The map is missing or cannot be read.
     pub fn probe_counts(&self) -> Result<ProbeCounts, DataplaneError> {
-        let name = names::PROBE_COUNTERS;
-        let map = self
-            .ebpf()
-            .map(name)
-            .ok_or(DataplaneError::Missing { what: "map", name })?;
-        let map = PerCpuArray::<_, u64>::try_from(map).map_err(map_error("open", name))?;
-        let mut out = [0; ProbeCounter::COUNT as usize];
-        for c in ProbeCounter::ALL {
-            let per_cpu = map.get(&(c as u32), 0).map_err(map_error("read", name))?;
-            out[c as usize] = per_cpu.iter().sum();
-        }
-        Ok(out)
+        self.maps().probe_counts()?.ok_or(DataplaneError::Missing {
+            what: "map",
+            name: names::PROBE_COUNTERS,
+        })
     }
 }
