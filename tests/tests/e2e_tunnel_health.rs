@@ -3,7 +3,8 @@
 //! a probe succeeds only if it reaches them encapsulated, is decapsulated by their
 //! `lbd decap`, and is answered from the VIP straight back to the node. A backend whose
 //! decap stops goes unhealthy within fall × interval and gets no new flows; when decap
-//! comes back, it is healthy again and gets new flows.
+//! comes back, it is healthy again and gets new flows; probes keep going through
+//! across an lbd restart, and lbd leaves no policy rule behind when it stops.
 
 use std::{
     net::IpAddr,
@@ -151,6 +152,25 @@ fn checks_go_through_the_tunnel(mode: &str, vip: IpAddr, v6: bool) {
         "recovered backend gets new flows: {:?}",
         back.served
     );
+
+    // A restart (pinned data plane left running): the next lbd takes the lb_probe link
+    // over and finds its rule and route in place; probes keep going through.
+    assert_eq!(lbd.restart(), Some(0), "exit status of the restart");
+    let before = lbd.counter(&format!("probe_encapsulated_{mode}"));
+    std::thread::sleep(Duration::from_millis(10 * INTERVAL_MS));
+    let after = lbd.counter(&format!("probe_encapsulated_{mode}"));
+    assert!(
+        after >= before + 2 * 3 * 5,
+        "probes after the restart: {before} -> {after}\n{}",
+        lbd.log()
+    );
+    for &b in &list {
+        assert_eq!(
+            health_of(&lbd, "web", b),
+            "healthy",
+            "{b} after the restart"
+        );
+    }
     let (code, log) = lbd.stop();
     assert_eq!(code, Some(0), "{log}");
     // lbd removed its policy rules and routes on the way out.

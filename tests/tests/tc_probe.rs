@@ -3,7 +3,8 @@
 //! stack sends it from a probe socket (node → VIP:port, the probe mark on the skb)
 //! leaves encapsulated to the backend the mark names, every byte checked (outer
 //! checksum from scratch, the inner packet untouched) and its mark cleared; an
-//! unmarked packet passes untouched; a mark naming no backend is dropped; each counted.
+//! unmarked packet passes untouched; a mark naming no backend is dropped; each counted;
+//! the log build's `lb_probe` loads and does the same.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -287,5 +288,24 @@ fn unmarked_packets_pass_untouched_and_unknown_backends_are_dropped() {
         let mark = probe_mark(id_of(&rig, &svc, backend(0).0), false);
         let r = counted(&mut rig, &arp, mark, ProbeCounter::DropMalformed);
         assert_eq!(r.action, SHOT);
+    });
+}
+
+#[test]
+fn the_log_build_of_lb_probe_loads_and_encapsulates() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let svc = spec(IpAddr::V4(VIP), 80, ForwardingMode::Ipip, &[backend(0).0]);
+        let mut rig = with_hook(Hook::Tc, || {
+            XdpRig::load_object(SEED, lb_dataplane::kernel::BPF_OBJECT_LOG)
+        });
+        rig.set_tunnel(tunnel());
+        rig.program(svc.clone());
+        let frame = probe_syn(IpAddr::V4(VIP), 43000);
+        let mark = probe_mark(id_of(&rig, &svc, backend(0).0), false);
+        let r = counted(&mut rig, &frame, mark, ProbeCounter::EncapsulatedIpip);
+        assert_eq!(r.action, OK);
+        let to = backend(0).0;
+        assert_eq!(r.bytes, expected(&frame, to, mac_of(to), false, &r.bytes));
     });
 }
