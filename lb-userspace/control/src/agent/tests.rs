@@ -183,6 +183,75 @@ mod health {
     use super::common::*;
     use crate::health::Health;
 
+    /// A node whose routes lead via one router, recording the probe routes asked for.
+    #[derive(Default)]
+    struct Routed {
+        probe_routes: Vec<(bool, Option<IpAddr>)>,
+    }
+
+    impl Host for Routed {
+        fn keep_resolved(&mut self, _: &[IpAddr]) -> Result<(), AgentError> {
+            Ok(())
+        }
+        fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
+            Ok(())
+        }
+        fn source_towards(&mut self, _: IpAddr) -> Option<IpAddr> {
+            "198.18.0.2".parse().ok()
+        }
+        fn next_hop(&mut self, _: IpAddr) -> Option<IpAddr> {
+            "198.18.0.254".parse().ok()
+        }
+        fn route_probes(&mut self, v6: bool, gateway: Option<IpAddr>) {
+            self.probe_routes.push((v6, gateway));
+        }
+    }
+
+    #[test]
+    fn tunnel_backends_are_probed_at_the_vip_with_their_mark_and_a_probe_route() {
+        let text = "[node]\ninterface = \"eth0\"\nstate_dir = \"\"\n\
+            [[service]]\nname = \"t\"\nvip = \"198.18.100.1\"\nport = 80\nmode = \"gue\"\n\
+            health_check = { kind = \"tcp\", port = 8080 }\n\
+            backends = [{ address = \"198.19.0.11\" }, { address = \"198.19.0.12\" }]\n\
+            [[service]]\nname = \"d\"\nvip = \"198.18.100.2\"\nport = 80\n\
+            health_check = { kind = \"tcp\" }\nbackends = [{ address = \"198.18.0.11\" }]\n";
+        let cfg = lb_model::config::parse(text, "t", lb_l7::check_routes).expect("valid");
+        let a = Agent::assemble(
+            cfg,
+            lb_model::dataplane::memory::MemoryDataplane::default(),
+            Routed::default(),
+            Programmer::default(),
+        );
+        let vip: IpAddr = "198.18.100.1".parse().expect("vip");
+        let key = lb_model::dataplane::vip_key(vip, 80, 6);
+        let p = a.programmer().service(&key).expect("programmed");
+        let targets = a.probe_targets();
+        assert_eq!(targets.len(), 3);
+        for t in targets.iter().filter(|t| t.service == "t") {
+            let i = p
+                .backends
+                .iter()
+                .position(|&b| b == t.backend)
+                .expect("listed");
+            assert_eq!(t.target, std::net::SocketAddr::new(vip, 8080), "at the VIP");
+            assert_eq!(
+                t.mark,
+                Some(lb_common::probe::probe_mark(p.backend_ids[i], true))
+            );
+        }
+        let d = targets
+            .iter()
+            .find(|t| t.service == "d")
+            .expect("dsr probe");
+        assert_eq!((d.target.ip(), d.mark), (d.backend, None), "dsr: direct");
+        let parts = a.into_parts();
+        assert_eq!(
+            parts.host.probe_routes,
+            [(false, "198.18.0.254".parse().ok())],
+            "one IPv4 probe route via the tunnel next hop"
+        );
+    }
+
     #[test]
     fn unhealthy_backends_get_weight_zero_and_recovery_restarts_the_ramp() {
         let text = "[node]\ninterface = \"eth0\"\n[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nfade_in = { window = \"20s\" }\nbackends = [{ address = \"198.18.0.11\" }, { address = \"198.18.0.12\" }]\n";
