@@ -53,6 +53,12 @@ impl DecapRig {
 
     /// Runs one frame; the return value and the frame as the program left it.
     pub fn run(&mut self, frame: &[u8]) -> (i32, Vec<u8>) {
+        let (action, out, _) = self.run_timed(frame);
+        (action, out)
+    }
+
+    /// [`DecapRig::run`], and the kernel-measured run time.
+    pub fn run_timed(&mut self, frame: &[u8]) -> (i32, Vec<u8>, std::time::Duration) {
         let mut out = vec![0u8; frame.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
@@ -64,7 +70,7 @@ impl DecapRig {
             .test_run(opts)
             .expect("BPF_PROG_TEST_RUN");
         out.truncate(result.data_size_out as usize);
-        (result.return_value as i32, out)
+        (result.return_value as i32, out, result.duration)
     }
 
     /// Runs `frame`, asserts the return value of `counter`'s verdict and that of the

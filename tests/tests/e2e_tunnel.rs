@@ -75,7 +75,11 @@ struct Bed {
 }
 
 fn bed(native: bool) -> Bed {
-    let topo = RoutedTopology::build(3, native);
+    bed_of(3, native)
+}
+
+fn bed_of(backends: usize, native: bool) -> Bed {
+    let topo = RoutedTopology::build(backends, native);
     let vips = [IpAddr::from(VIP), IpAddr::from(VIP6)];
     let decap = topo
         .backends
@@ -261,4 +265,45 @@ fn large_uploads_through_the_tunnel_find_the_path_mtu() {
         let (code, log) = lbd.stop();
         assert_eq!(code, Some(0), "{log}");
     }
+}
+
+/// Fade-in is the same for tunnelled services: a fourth backend joins with a 6 s
+/// window; right after, it takes a small share of new connections (the formula gives
+/// under 8 % in its first 1.5 s), after the window its full quarter.
+#[test]
+fn a_new_tunnel_backend_fades_in() {
+    lb_testbed::needs_root!();
+    let bed = bed_of(4, false);
+    let vip = IpAddr::from(VIP);
+    let all = backends(false, &[0, 1, 2, 3]);
+    let faded = |list: &[IpAddr]| {
+        config("generic", "ipip", vip, list, false).replace(
+            "mode = \"ipip\"\n",
+            "mode = \"ipip\"\nfade_in = { window = \"6s\", min_weight = 0.05 }\n",
+        )
+    };
+    let mut lbd = LbdProcess::start(&bed.topo.lb, &faded(&all[..3]));
+    // Let the first three settle past their own ramp.
+    std::thread::sleep(std::time::Duration::from_secs(7));
+    let outcome = lbd.reload(&faded(&all));
+    assert!(outcome.applied(), "{outcome}\n{}", lbd.log());
+    let early = http_requests(&bed.topo.client, vip, HTTP_PORT, 200);
+    assert!(early.failures.is_empty(), "{:?}", early.failures);
+    let new = |t: &lb_testbed::traffic::Tally| t.served.get("backend-4").copied().unwrap_or(0);
+    assert!(
+        new(&early) * 100 < 200 * 15,
+        "early share of the new backend: {:?}",
+        early.served
+    );
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let late = http_requests(&bed.topo.client, vip, HTTP_PORT, 400);
+    assert!(late.failures.is_empty(), "{:?}", late.failures);
+    let share = new(&late) as f64 / 400.0;
+    assert!(
+        (0.15..0.36).contains(&share),
+        "late share {share}: {:?}",
+        late.served
+    );
+    let (code, log) = lbd.stop();
+    assert_eq!(code, Some(0), "{log}");
 }

@@ -41,10 +41,12 @@ enum Class {
     NatStrayAck,
     IpipEstablishedV4,
     IpipNewFlowV4,
+    DecapIpipV4,
+    DecapPass,
 }
 
 impl Class {
-    const ALL: [Class; 12] = [
+    const ALL: [Class; 14] = [
         Class::Floor,
         Class::NonVip,
         Class::EstablishedV4,
@@ -57,6 +59,8 @@ impl Class {
         Class::NatStrayAck,
         Class::IpipEstablishedV4,
         Class::IpipNewFlowV4,
+        Class::DecapIpipV4,
+        Class::DecapPass,
     ];
 
     fn name(self) -> &'static str {
@@ -73,6 +77,8 @@ impl Class {
             Class::NatStrayAck => "ACK without state, nat (dropped)",
             Class::IpipEstablishedV4 => "ipip established TCP v4 (tail call + encap)",
             Class::IpipNewFlowV4 => "ipip new flow v4 (SYN: Maglev + encap)",
+            Class::DecapIpipV4 => "backend lb_decap: ipip v4 stripped (TC)",
+            Class::DecapPass => "backend lb_decap: not a tunnel, passed (TC)",
         }
     }
 
@@ -172,6 +178,7 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
         Class::IpipEstablishedV4 | Class::IpipNewFlowV4 => {
             Packet::tcp4(eth, CLIENT, 40000, VIP, 81, b"payload")
         }
+        Class::DecapIpipV4 | Class::DecapPass => unreachable!("measured by decap_trial"),
     }
     .bytes;
     if class == Class::NatReply {
@@ -277,6 +284,56 @@ fn trial(rig: &mut XdpRig, class: Class, calls: u32) -> f64 {
     total.as_nanos() as f64 / f64::from(calls)
 }
 
+/// Mean kernel time per frame over `calls` calls of a backend's `lb_decap` (a TC
+/// program: its runs include building an skb, so compare its two classes with each
+/// other rather than with the XDP floor). Every call's verdict and bytes are checked.
+fn decap_trial(rig: &mut lb_testbed::decap::DecapRig, class: Class, calls: u32) -> f64 {
+    let inner = Packet::tcp4(
+        Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800),
+        CLIENT,
+        40000,
+        VIP,
+        80,
+        b"payload",
+    )
+    .bytes[14..]
+        .to_vec();
+    let frame = match class {
+        Class::DecapIpipV4 => {
+            lb_testbed::decap::Tunnel::ipip(Ipv4Addr::new(198, 18, 0, 2).into(), backend(0).0)
+                .frame(backend(0).1, HOST_MAC, &inner)
+        }
+        _ => {
+            Packet::tcp4(
+                Packet::eth(backend(0).1, CLIENT_MAC, 0x0800),
+                CLIENT,
+                40000,
+                Ipv4Addr::new(198, 18, 0, 11),
+                22,
+                b"payload",
+            )
+            .bytes
+        }
+    };
+    let (want_action, want, _) = rig.run_timed(&frame);
+    if class == Class::DecapIpipV4 {
+        assert_eq!(&want[14..], &inner[..], "decapsulated to the inner packet");
+    } else {
+        assert_eq!(want, frame, "passed untouched");
+    }
+    let mut total = Duration::ZERO;
+    for i in 0..calls {
+        let (action, out, took) = rig.run_timed(&frame);
+        assert!(
+            action == want_action && out == want,
+            "{} call {i}",
+            class.name()
+        );
+        total += took;
+    }
+    total.as_nanos() as f64 / f64::from(calls)
+}
+
 fn pin_to_cpu(cpu: usize) {
     // SAFETY: an all-zero cpu_set_t is empty; CPU_SET writes within it.
     unsafe {
@@ -329,6 +386,7 @@ fn main() -> ExitCode {
         let classes = run_classes;
         pin_to_cpu(1);
         let mut rig = rig();
+        let mut decap = lb_testbed::decap::DecapRig::load(&[VIP.into()], &[6080]);
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); classes.len()];
         for t in 0..trials {
             for (c, class) in classes.iter().enumerate() {
@@ -336,6 +394,8 @@ fn main() -> ExitCode {
                 // conntrack table of the same size.
                 let mean = if *class == Class::NewFlowsV4 {
                     trial(&mut rig_fresh(), *class, calls)
+                } else if matches!(class, Class::DecapIpipV4 | Class::DecapPass) {
+                    decap_trial(&mut decap, *class, calls)
                 } else {
                     trial(&mut rig, *class, calls)
                 };
