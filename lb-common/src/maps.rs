@@ -67,6 +67,8 @@ pub mod names {
     pub const COUNTERS_V4: &str = "LB_COUNTERS_V4";
     /// Tunnel settings: index 0 → [`super::TunnelConfig`].
     pub const TUNNEL: &str = "LB_TUNNEL_V1";
+    /// The VIP-address prefilter: word index → 64 bits ([`super::vip_filter_slot`]).
+    pub const VIP_FILTER: &str = "LB_VIP_FILTER_V1";
     /// Per-CPU per-service counters indexed by service id → [`crate::VipStats`].
     pub const VIP_STATS: &str = "LB_VIP_STATS_V2";
     /// Per-CPU per-backend counters indexed by backend id → [`crate::BackendStats`].
@@ -83,6 +85,27 @@ pub mod names {
     pub const PROBE_PROGRAM: &str = "lb_probe";
     /// `lb_probe`'s counters (per CPU, indexed by `ProbeCounter`).
     pub const PROBE_COUNTERS: &str = "LB_PROBE_COUNTERS_V1";
+}
+
+/// Words of the VIP-address prefilter: 65,536 bits, 8 KiB.
+pub const VIP_FILTER_WORDS: u32 = 1024;
+
+/// Where an address sits in the VIP-address prefilter: (word, bit mask). A packet whose
+/// destination's bit is clear is no VIP's (nor a VIP of another port): one array read,
+/// which the verifier inlines, instead of the two VIP-map hash lookups, for the traffic
+/// that is not ours. A set bit only means "maybe": the VIP map decides.
+#[inline(always)]
+pub const fn vip_filter_slot(addr: &[u8; 16]) -> (u32, u64) {
+    let a = u32::from_ne_bytes([addr[0], addr[1], addr[2], addr[3]]);
+    let b = u32::from_ne_bytes([addr[4], addr[5], addr[6], addr[7]]);
+    let c = u32::from_ne_bytes([addr[8], addr[9], addr[10], addr[11]]);
+    let d = u32::from_ne_bytes([addr[12], addr[13], addr[14], addr[15]]);
+    let mut x = a ^ b.rotate_left(8) ^ c.rotate_left(16) ^ d;
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    let bit = x & 0xffff;
+    (bit >> 6, 1u64 << (bit & 63))
 }
 
 /// Most VIP entries (service ids are `< MAX_SERVICES`).

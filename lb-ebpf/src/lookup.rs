@@ -15,6 +15,16 @@ use crate::{
     stats::count,
 };
 
+/// Whether `addr` may be a VIP's: its prefilter bit is set. A clear bit is certain
+/// (no VIP has that address); a set one leaves it to the VIP map.
+#[inline(always)]
+pub fn may_be_vip(addr: &[u8; 16]) -> bool {
+    let (word, bit) = lb_common::maps::vip_filter_slot(addr);
+    crate::maps::VIP_FILTER
+        .get(word)
+        .is_some_and(|w| *w & bit != 0)
+}
+
 /// Whether echo requests to `addr` are answered here.
 #[inline(always)]
 pub fn answers_echo(addr: &[u8; 16]) -> bool {

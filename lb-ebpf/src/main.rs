@@ -162,7 +162,12 @@ fn steer(ctx: &impl Ctx) -> Verdict {
             Verdict::pass(Counter::PassNotVip)
         };
     }
-    let Some(vip) = lookup::vip(&pkt.key) else {
+    let vip = if lookup::may_be_vip(&pkt.key.dst) {
+        lookup::vip(&pkt.key)
+    } else {
+        None
+    };
+    let Some(vip) = vip else {
         if pkt.kind == Kind::Flow && nat::is_nat_addr(&pkt.key.dst, pkt.ipv6) {
             return to_nat_program(ctx);
         }

@@ -101,6 +101,11 @@ pub static TC_PROGS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 #[map(name = "LB_TUNNEL_JOBS")]
 pub static TUNNEL_JOBS: PerCpuArray<crate::tunnel::Job> = PerCpuArray::with_max_entries(1, 0);
 
+/// The VIP-address prefilter (see `lb_common::maps::vip_filter_slot`): a bit per
+/// address hash, set for every VIP address.
+#[map(name = "LB_VIP_FILTER_V1")]
+pub static VIP_FILTER: Array<u64> = Array::with_max_entries(lb_common::maps::VIP_FILTER_WORDS, 0);
+
 /// Tunnel settings of `ipip` and `gue` services at index 0 (see `tunnel.rs`).
 #[map(name = "LB_TUNNEL_V1")]
 pub static TUNNEL: Array<lb_common::TunnelConfig> = Array::with_max_entries(1, 0);

@@ -151,6 +151,9 @@ pub fn start(config: ValidConfig) -> Result<NodeAgent, AgentError> {
             "adopted the services of the pinned data plane"
         );
     }
+    // Before the program is attached: a new prefilter map starts empty, which would
+    // pass the adopted VIPs' traffic as not ours.
+    programmer.sync_filter(&mut dataplane)?;
     dataplane.set_config(global_config(&config, possible_cpus()))?;
     let host = KernelHost {
         ifindex,

@@ -346,6 +346,14 @@ impl XdpRig {
         self.dataplane.set_config(config).expect("set config");
     }
 
+    /// Removes the service of `key` and reprograms.
+    pub fn remove(&mut self, key: &lb_common::VipKey) {
+        self.specs.retain(|s| s.key != *key);
+        self.programmer
+            .apply(&mut self.dataplane, &self.specs, Instant::now())
+            .expect("program services");
+    }
+
     /// Adds or replaces a service (by VIP key) and reprograms.
     pub fn program(&mut self, spec: ServiceSpec) {
         self.specs.retain(|s| s.key != spec.key);

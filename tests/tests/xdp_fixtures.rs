@@ -648,7 +648,42 @@ fn icmp_errors_go_to_the_backend_that_owns_the_flow() {
     });
 }
 
+/// The VIP-address prefilter only says "maybe": an address that shares a VIP's bit
+/// still passes (the VIP map decides), a removed VIP's address passes again, and one
+/// VIP leaving keeps the bit of another on its address.
+fn the_vip_prefilter_is_only_a_maybe() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        rig.program(svc(80, TCP, &three(backend)));
+        rig.program(svc(53, UDP, &three(backend)));
+        let vip16 = lb_model::dataplane::addr16(VIP.into());
+        let slot = lb_common::maps::vip_filter_slot(&vip16);
+        let twin = (0..=u32::from(u16::MAX))
+            .map(|n| Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + n))
+            .find(|a| {
+                lb_common::maps::vip_filter_slot(&lb_model::dataplane::addr16((*a).into())) == slot
+            })
+            .expect("an address sharing the VIP's prefilter bit");
+        let p = Packet::tcp4(eth(), CLIENT, 1, twin, 80, b"x").bytes;
+        let out = run_expect(&mut rig, &p, action::PASS, Counter::PassNotVip);
+        assert_eq!(
+            out.bytes, p,
+            "{twin} shares the bit of {VIP} and still passes untouched"
+        );
+        // One of the address's two services goes: the other still gets its traffic.
+        rig.remove(&svc(53, UDP, &[]).key);
+        let p = Packet::tcp4(eth(), CLIENT, 40000, VIP, 80, b"x").bytes;
+        run_expect(&mut rig, &p, action::TX, Counter::Tx);
+        // The last goes: its traffic passes.
+        rig.remove(&svc(80, TCP, &[]).key);
+        let out = run_expect(&mut rig, &p, action::PASS, Counter::PassNotVip);
+        assert_eq!(out.bytes, p);
+    });
+}
+
 lb_testbed::hook_tests!(
+    the_vip_prefilter_is_only_a_maybe,
     ipv4_tcp_and_udp_go_to_the_table_choice,
     ipv6_tcp_and_udp_go_to_the_table_choice,
     vlan_tagged_frames_are_forwarded_with_their_tag,

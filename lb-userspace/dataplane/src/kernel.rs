@@ -41,7 +41,7 @@ pub static BPF_OBJECT_LOG: &[u8] =
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 17] = [
+pub const PINNED_MAPS: [&str; 18] = [
     names::ECHO_ADDRS,
     names::NAT,
     names::NAT_FLOWS,
@@ -55,6 +55,7 @@ pub const PINNED_MAPS: [&str; 17] = [
     names::CONNTRACK,
     names::CONFIG,
     names::TUNNEL,
+    names::VIP_FILTER,
     names::COUNTERS,
     names::VIP_STATS,
     names::BACKEND_STATS,
@@ -768,6 +769,13 @@ impl MapOps for KernelDataplane {
             .chunks
             .set(index, chunk, 0)
             .map_err(map_error("set", names::TABLE_CHUNKS))
+    }
+
+    fn put_vip_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.maps
+            .vip_filter
+            .set(index, word, 0)
+            .map_err(map_error("set", names::VIP_FILTER))
     }
 
     fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {

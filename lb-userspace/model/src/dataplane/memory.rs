@@ -28,6 +28,8 @@ pub struct MemoryDataplane {
     pub config: GlobalConfig,
     /// Tunnel settings.
     pub tunnel: TunnelConfig,
+    /// The VIP-address prefilter's words that are not zero.
+    pub vip_filter: HashMap<u32, u64>,
     /// VIP map.
     pub vips: HashMap<VipKey, VipInfo>,
     /// Backends by id.
@@ -169,6 +171,16 @@ impl MapOps for MemoryDataplane {
     fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError> {
         self.write("put_table_chunk")?;
         self.chunks.insert(index, chunk);
+        Ok(())
+    }
+
+    fn put_vip_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.write("put_vip_filter_word")?;
+        if word == 0 {
+            self.vip_filter.remove(&index);
+        } else {
+            self.vip_filter.insert(index, word);
+        }
         Ok(())
     }
 

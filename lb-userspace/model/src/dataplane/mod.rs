@@ -98,6 +98,9 @@ pub trait MapOps {
     fn put_list_entry(&mut self, index: u32, backend_id: u32) -> Result<(), DataplaneError>;
     /// Writes one chunk of the table pool.
     fn put_table_chunk(&mut self, index: u32, chunk: TableChunk) -> Result<(), DataplaneError>;
+    /// Writes one word of the VIP-address prefilter
+    /// ([`lb_common::maps::vip_filter_slot`]).
+    fn put_vip_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError>;
     /// Answers echo requests to `addr` (16-byte form) from XDP.
     fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError>;
     /// Stops answering echo requests to `addr`.

@@ -27,6 +27,7 @@ use lb_common::{
     },
 };
 
+mod filter;
 mod plan;
 pub use plan::{Change, Plan, Refusal, Removal};
 
@@ -101,6 +102,8 @@ pub struct Programmer {
     answer_ping: bool,
     /// Leave services that `apply` is not given alone (see [`Programmer::keep_unlisted`]).
     keep_unlisted: bool,
+    /// The VIP-address prefilter as written.
+    filter: filter::Filter,
 }
 
 impl Default for Programmer {
@@ -117,6 +120,7 @@ impl Default for Programmer {
             echo: BTreeSet::new(),
             answer_ping: true,
             keep_unlisted: false,
+            filter: filter::Filter::default(),
         }
     }
 }
@@ -134,6 +138,19 @@ impl Programmer {
     /// from yet (etcd) must not delete them — their established flows would break.
     pub fn keep_unlisted(&mut self, on: bool) {
         self.keep_unlisted = on;
+    }
+
+    /// Writes the VIP-address prefilter for the services held now (adopted ones
+    /// included): call after [`Programmer::adopt`] and before the program is attached,
+    /// so a new data plane's prefilter (a new map starts empty, which passes every
+    /// packet as not ours) lets the adopted VIPs' traffic through from its first
+    /// packet.
+    ///
+    /// # Errors
+    /// A map write failed.
+    pub fn sync_filter(&mut self, ops: &mut impl MapOps) -> Result<(), DataplaneError> {
+        let want = filter::wanted(self.services.keys());
+        self.filter.write(ops, &want)
     }
 
     /// The programmed state of a service.
@@ -270,6 +287,13 @@ impl Programmer {
     ) -> Result<ApplyReport, DataplaneError> {
         // Drains a failed apply could not write yet go first.
         self.flush_drains(ops)?;
+        // Prefilter bits go up before the VIP entries that need them appear.
+        let adding = filter::wanted(
+            self.services
+                .keys()
+                .chain(plan.changes.iter().map(|c| &c.spec.key)),
+        );
+        self.filter.grow(ops, &adding)?;
         let mut report = ApplyReport {
             unchanged: plan.unchanged,
             refused: plan.refused,
@@ -294,6 +318,9 @@ impl Programmer {
             report.removed += 1;
         }
         self.flush_drains(ops)?;
+        // And come down only once no VIP entry needs them.
+        self.filter
+            .write(ops, &filter::wanted(self.services.keys()))?;
         for addr in plan.echo_add.into_iter().map(addr16) {
             ops.put_echo_addr(addr)?;
             self.echo.insert(addr);

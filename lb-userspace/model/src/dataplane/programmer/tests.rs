@@ -622,3 +622,70 @@ fn a_plan_is_pure_and_applying_it_writes_what_it_says() {
     assert!(!dp.vips.contains_key(&b.key));
     assert!(p.plan(&[changed, c]).is_empty(), "nothing left to do");
 }
+
+/// Whether the memory data plane's prefilter lets `key`'s address through.
+fn filtered_in(dp: &MemoryDataplane, key: &VipKey) -> bool {
+    let (w, bit) = lb_common::maps::vip_filter_slot(&key.addr);
+    dp.vip_filter.get(&w).is_some_and(|word| word & bit != 0)
+}
+
+#[test]
+fn the_prefilter_bit_is_up_before_its_vip_and_down_after_the_last() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Programmer::default();
+    let web = spec(80, &[v4(11)]);
+    let dns = spec(53, &[v4(11)]);
+    let other = ServiceSpec {
+        key: vip_key(IpAddr::V4(Ipv4Addr::new(198, 18, 100, 2)), 80, 6),
+        ..spec(80, &[v4(12)])
+    };
+    p.apply(
+        &mut dp,
+        &[web.clone(), dns.clone(), other.clone()],
+        Instant::now(),
+    )
+    .expect("apply");
+    assert!(filtered_in(&dp, &web.key) && filtered_in(&dp, &other.key));
+    // The first write of the filter writes every word, before any VIP entry.
+    let first_vip = dp.log.iter().position(|op| *op == "put_vip").expect("vip");
+    let words = dp.log[..first_vip]
+        .iter()
+        .filter(|op| **op == "put_vip_filter_word")
+        .count();
+    assert_eq!(words, lb_common::maps::VIP_FILTER_WORDS as usize);
+    // One of two services of an address goes: the bit stays for the other.
+    p.apply(&mut dp, &[web.clone(), other.clone()], Instant::now())
+        .expect("apply");
+    assert!(filtered_in(&dp, &web.key), "web still serves the address");
+    // The last service of an address goes: its bit comes down, after the VIP entry.
+    dp.log.clear();
+    p.apply(&mut dp, std::slice::from_ref(&web), Instant::now())
+        .expect("apply");
+    let (ow, obit) = lb_common::maps::vip_filter_slot(&other.key.addr);
+    let (ww, wbit) = lb_common::maps::vip_filter_slot(&web.key.addr);
+    if (ow, obit) != (ww, wbit) {
+        assert!(
+            !filtered_in(&dp, &other.key),
+            "the removed address is filtered out"
+        );
+    }
+    let deleted = dp
+        .log
+        .iter()
+        .position(|op| *op == "delete_vip")
+        .expect("deleted");
+    let cleared = dp
+        .log
+        .iter()
+        .rposition(|op| *op == "put_vip_filter_word")
+        .expect("cleared");
+    assert!(
+        deleted < cleared,
+        "the bit comes down after the VIP entry: {:?}",
+        dp.log
+    );
+    // Only changed words are written once the filter is in sync.
+    dp.log.clear();
+    p.apply(&mut dp, &[web], Instant::now()).expect("apply");
+    assert!(!dp.log.contains(&"put_vip_filter_word"), "{:?}", dp.log);
+}
