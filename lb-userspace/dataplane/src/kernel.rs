@@ -490,44 +490,8 @@ impl KernelDataplane {
             };
             return Ok(AttachOutcome::Attached);
         };
-        let (outcome, id) = if path.exists() {
-            let pinned = PinnedLink::from_pin(path).map_err(|source| DataplaneError::Program {
-                action: format!("opening the pinned link {}", path.display()),
-                source: Box::new(source),
-            })?;
-            let link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(|source| {
-                DataplaneError::Program {
-                    action: format!("{} is not a TCX link", path.display()),
-                    source: Box::new(source),
-                }
-            })?;
-            let id = prog
-                .attach_to_link(link)
-                .map_err(failed("replacing the program of the pinned link for"))?;
-            (AttachOutcome::Replaced, id)
-        } else {
-            let id = prog
-                .attach(interface, TcAttachType::Ingress)
-                .map_err(failed("attaching"))?;
-            (AttachOutcome::Attached, id)
-        };
-        let mut link = prog.take_link(id).map_err(failed("taking the link of"))?;
-        if outcome == AttachOutcome::Attached {
-            let fd = FdLink::try_from(link).map_err(|source| DataplaneError::Program {
-                action: "the TC attachment is not a TCX link (kernel older than 6.6?)".into(),
-                source: Box::new(source),
-            })?;
-            let pinned = fd.pin(path).map_err(|source| DataplaneError::Program {
-                action: format!("pinning the TCX link at {}", path.display()),
-                source: Box::new(source),
-            })?;
-            link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(|source| {
-                DataplaneError::Program {
-                    action: "re-opening the pinned link".into(),
-                    source: Box::new(source),
-                }
-            })?;
-        }
+        let (outcome, link) =
+            crate::tcx::attach_pinned(prog, "lb_tc", interface, TcAttachType::Ingress, path)?;
         self.link = Attachment::PinnedTc {
             interface: interface.to_owned(),
             path: path.to_owned(),

@@ -26,6 +26,8 @@ pub mod policy;
 pub mod probe;
 pub mod route;
 pub mod sysctl;
+#[cfg(feature = "object")]
+pub mod tcx;
 
 /// The kernel's possible CPUs (what per-CPU maps are sized for), or 1 if unknown: the
 /// NAT port range is split into that many slices.

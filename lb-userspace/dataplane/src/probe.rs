@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use aya::programs::{
     Link as _, SchedClassifier, TcAttachType,
-    links::{FdLink, PinnedLink},
     tc::{SchedClassifierLink, SchedClassifierLinkId},
 };
 use lb_common::{ProbeCounter, maps::names};
@@ -81,41 +80,9 @@ impl KernelDataplane {
             self.probe_link = Some(ProbeLink::Owned { id });
             return Ok(false);
         };
-        let replaced = path.exists();
-        let id = if replaced {
-            let pinned = PinnedLink::from_pin(path).map_err(|source| DataplaneError::Program {
-                action: format!("opening the pinned link {}", path.display()),
-                source: Box::new(source),
-            })?;
-            let link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(|source| {
-                DataplaneError::Program {
-                    action: format!("{} is not a TCX link", path.display()),
-                    source: Box::new(source),
-                }
-            })?;
-            prog.attach_to_link(link)
-                .map_err(failed("replacing the program of the pinned link of"))?
-        } else {
-            prog.attach(interface, TcAttachType::Egress)
-                .map_err(failed("attaching"))?
-        };
-        let mut link = prog.take_link(id).map_err(failed("taking the link of"))?;
-        if !replaced {
-            let fd = FdLink::try_from(link).map_err(|source| DataplaneError::Program {
-                action: "the TC attachment is not a TCX link (kernel older than 6.6?)".into(),
-                source: Box::new(source),
-            })?;
-            let pinned = fd.pin(path).map_err(|source| DataplaneError::Program {
-                action: format!("pinning the TCX link at {}", path.display()),
-                source: Box::new(source),
-            })?;
-            link = SchedClassifierLink::try_from(FdLink::from(pinned)).map_err(|source| {
-                DataplaneError::Program {
-                    action: "re-opening the pinned link".into(),
-                    source: Box::new(source),
-                }
-            })?;
-        }
+        let (outcome, link) =
+            crate::tcx::attach_pinned(prog, "lb_probe", interface, TcAttachType::Egress, path)?;
+        let replaced = outcome == crate::kernel::AttachOutcome::Replaced;
         self.probe_link = Some(ProbeLink::Pinned {
             path: path.to_owned(),
             link,

@@ -12,8 +12,8 @@ use aya::{
     Ebpf, EbpfLoader,
     programs::{
         LinkOrder, SchedClassifier, TcAttachType,
-        links::{FdLink, PinnedLink},
-        tc::{SchedClassifierLink, SchedClassifierLinkId, TcAttachOptions},
+        links::PinnedLink,
+        tc::{SchedClassifierLinkId, TcAttachOptions},
     },
 };
 use lb_common::maps::names;
@@ -174,37 +174,9 @@ impl Decap {
             return Ok(AttachOutcome::Attached);
         };
         let path = link_pin(dir, interface);
-        let outcome = if path.exists() {
-            let pinned = PinnedLink::from_pin(&path).map_err(failed(format!(
-                "opening the pinned link {}",
-                path.display()
-            )))?;
-            let link = SchedClassifierLink::try_from(FdLink::from(pinned))
-                .map_err(failed(format!("{} is not a TCX link", path.display())))?;
-            // The link pin stays where it is; this program now runs behind it.
-            prog.attach_to_link(link).map_err(program_error(what(
-                "replacing the program of the pinned link of",
-            )))?;
-            AttachOutcome::Replaced
-        } else {
-            let id = prog
-                .attach_with_options(
-                    interface,
-                    TcAttachType::Ingress,
-                    TcAttachOptions::TcxOrder(LinkOrder::default()),
-                )
-                .map_err(program_error(what("attaching")))?;
-            let link = prog
-                .take_link(id)
-                .map_err(program_error(what("taking the link of")))?;
-            let fd =
-                FdLink::try_from(link).map_err(failed("the TCX attachment is not a bpf_link"))?;
-            fd.pin(&path).map_err(failed(format!(
-                "pinning the TCX link at {}",
-                path.display()
-            )))?;
-            AttachOutcome::Attached
-        };
+        // The link stays pinned; its descriptor is not needed here.
+        let (outcome, _link) =
+            crate::tcx::attach_pinned(prog, "lb_decap", interface, TcAttachType::Ingress, &path)?;
         self.link = Attachment::Pinned {
             interface: interface.to_owned(),
             path,
