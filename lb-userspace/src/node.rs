@@ -6,7 +6,7 @@
 use std::{net::IpAddr, path::Path};
 
 use lb_control::agent::{
-    Agent, AgentError, Host, Parts, dsr_backends, global_config, service_specs,
+    Agent, AgentError, Host, Parts, TunnelRoute, dsr_backends, global_config, service_specs,
 };
 use lb_dataplane::{
     bpffs,
@@ -57,31 +57,21 @@ impl Host for KernelHost {
         }
     }
 
-    fn next_hop(&mut self, addr: IpAddr) -> Option<IpAddr> {
-        match lb_dataplane::route::get(addr) {
-            Ok(route) if route.oif == self.ifindex => Some(route.next_hop),
-            Ok(route) => {
-                tracing::warn!(backend = %addr, oif = route.oif, interface = %self.interface, "the route towards a tunnel backend leaves by another interface than the data plane's");
-                None
-            }
+    fn tunnel_route(&mut self, addr: IpAddr) -> Option<TunnelRoute> {
+        let route = match lb_dataplane::route::get(addr) {
+            Ok(route) => route,
             Err(err) => {
                 tracing::warn!(backend = %addr, error = %err, "no route towards a tunnel backend");
-                None
+                return None;
             }
-        }
-    }
-
-    fn source_towards(&mut self, addr: IpAddr) -> Option<IpAddr> {
-        // A connected UDP socket sends nothing; its local address is the source the
-        // kernel's route towards `addr` picks.
-        let unspecified: IpAddr = if addr.is_ipv6() {
-            std::net::Ipv6Addr::UNSPECIFIED.into()
-        } else {
-            std::net::Ipv4Addr::UNSPECIFIED.into()
         };
-        let socket = std::net::UdpSocket::bind((unspecified, 0)).ok()?;
-        socket.connect((addr, 9)).ok()?;
-        socket.local_addr().ok().map(|a| a.ip())
+        if route.oif != self.ifindex {
+            tracing::warn!(backend = %addr, oif = route.oif, interface = %self.interface, "the route towards a tunnel backend leaves by another interface than the data plane's");
+        }
+        Some(TunnelRoute {
+            next_hop: (route.oif == self.ifindex).then_some(route.next_hop),
+            source: route.source,
+        })
     }
 
     fn route_probes(&mut self, v6: bool, gateway: Option<IpAddr>) {

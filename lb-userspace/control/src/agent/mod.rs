@@ -56,20 +56,26 @@ pub trait Host {
     /// [`AgentError::Sysctl`].
     fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError>;
 
-    /// The source address the node's routes prefer towards `addr` (the outer source of
-    /// tunnel packets when `[node.tunnel]` names none), if there is a route.
-    fn source_towards(&mut self, addr: IpAddr) -> Option<IpAddr>;
-
-    /// The next hop on the node's interface towards `addr` (its gateway, or `addr`
-    /// itself when on-link): what a tunnel backend's packets need resolved. `None`
-    /// when there is no route, or it leaves by another interface.
-    fn next_hop(&mut self, addr: IpAddr) -> Option<IpAddr>;
+    /// The node's route towards a tunnel backend `addr`, if there is one: its next hop
+    /// when it leaves by the node's interface, and the source it prefers (the outer
+    /// source of tunnel packets when `[node.tunnel]` names none).
+    fn tunnel_route(&mut self, addr: IpAddr) -> Option<TunnelRoute>;
 
     /// Routes health probes of tunnel services of one family (`v6`) out of the node's
     /// interface via `gateway` (a policy rule on the probe mark and a table of its
     /// own, see `lb_dataplane::policy`), or removes that route (`None`). Failures are
     /// logged: the probes then fail, and the backends show unhealthy.
     fn route_probes(&mut self, v6: bool, gateway: Option<IpAddr>);
+}
+
+/// What the node's route towards a tunnel backend says ([`Host::tunnel_route`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunnelRoute {
+    /// The next hop (gateway, or the backend itself when on-link) when the route leaves
+    /// by the node's interface: what the backend's packets need resolved.
+    pub next_hop: Option<IpAddr>,
+    /// The source the route prefers.
+    pub source: Option<IpAddr>,
 }
 
 /// A node that changes nothing: for agents over an in-memory data plane (tests,
@@ -86,11 +92,7 @@ impl Host for NoHost {
         Ok(())
     }
 
-    fn source_towards(&mut self, _: IpAddr) -> Option<IpAddr> {
-        None
-    }
-
-    fn next_hop(&mut self, _: IpAddr) -> Option<IpAddr> {
+    fn tunnel_route(&mut self, _: IpAddr) -> Option<TunnelRoute> {
         None
     }
 
@@ -202,8 +204,9 @@ pub struct Agent<D, H> {
     refused: Vec<Refusal>,
     /// The tunnel settings last written to the data plane.
     tunnel: Option<lb_common::TunnelConfig>,
-    /// Next hops of tunnel backends kept resolved, by backend.
-    tunnel_hops: std::collections::BTreeMap<IpAddr, Option<IpAddr>>,
+    /// The routes towards tunnel backends, asked once per backend (their next hops
+    /// kept resolved, their sources the default outer sources).
+    tunnel_hops: std::collections::BTreeMap<IpAddr, Option<TunnelRoute>>,
     /// The gateways health probes of tunnel services are routed via, IPv4 and IPv6
     /// (see [`Host::route_probes`]), as last set.
     probe_gateways: [Option<IpAddr>; 2],

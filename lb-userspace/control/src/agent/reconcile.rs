@@ -154,8 +154,8 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         {
             self.host.enable_ipv6_forwarding()?;
         }
-        self.write_tunnel(&specs)?;
         self.resolve_tunnel_hops(&specs)?;
+        self.write_tunnel(&specs)?;
         self.route_probes(&specs);
         let plan = self.programmer.plan(&specs);
         let result = self
@@ -175,7 +175,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
 
     /// Writes the tunnel settings the specs need, when they changed: `[node.tunnel]`,
     /// a family without a block taking the source the node's route towards one of its
-    /// tunnel backends prefers.
+    /// tunnel backends prefers (asked by [`Self::resolve_tunnel_hops`]).
     fn write_tunnel(&mut self, specs: &[ServiceSpec]) -> Result<(), AgentError> {
         let tunnelled = |v6: bool| {
             specs
@@ -186,12 +186,17 @@ impl<D: MapOps, H: Host> Agent<D, H> {
                 .copied()
         };
         let settings = self.desired.config.tunnel;
-        let mut fallback = |v6: bool, configured: bool| {
+        let fallback = |v6: bool, configured: bool| {
             if configured {
                 return None;
             }
             let backend = tunnelled(v6)?;
-            let src = self.host.source_towards(backend);
+            let src = self
+                .tunnel_hops
+                .get(&backend)
+                .copied()
+                .flatten()
+                .and_then(|r| r.source);
             if src.is_none() {
                 tracing::warn!(%backend, "no route towards a tunnel backend: its packets are dropped (drop_no_route)");
             }
@@ -220,11 +225,12 @@ impl<D: MapOps, H: Host> Agent<D, H> {
             if self.tunnel_hops.contains_key(b) {
                 continue;
             }
-            let hop = self.host.next_hop(*b);
+            let route = self.host.tunnel_route(*b);
+            let hop = route.and_then(|r| r.next_hop);
             if hop.is_none() {
                 tracing::warn!(backend = %b, "no route towards a tunnel backend on the node's interface: its packets are dropped (drop_no_route)");
             }
-            self.tunnel_hops.insert(*b, hop);
+            self.tunnel_hops.insert(*b, route);
             fresh.extend(hop);
         }
         fresh.sort_unstable();
@@ -254,7 +260,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
                 })
                 .flat_map(|s| s.backends.iter())
                 .filter(|b| b.is_ipv6() == v6)
-                .find_map(|b| self.tunnel_hops.get(b).copied().flatten());
+                .find_map(|b| self.tunnel_hops.get(b).copied().flatten()?.next_hop);
             let slot = &mut self.probe_gateways[usize::from(v6)];
             if *slot != want {
                 self.host.route_probes(v6, want);

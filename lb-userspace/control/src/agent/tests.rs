@@ -196,11 +196,11 @@ mod health {
         fn enable_ipv6_forwarding(&mut self) -> Result<(), AgentError> {
             Ok(())
         }
-        fn source_towards(&mut self, _: IpAddr) -> Option<IpAddr> {
-            "198.18.0.2".parse().ok()
-        }
-        fn next_hop(&mut self, _: IpAddr) -> Option<IpAddr> {
-            "198.18.0.254".parse().ok()
+        fn tunnel_route(&mut self, _: IpAddr) -> Option<TunnelRoute> {
+            Some(TunnelRoute {
+                next_hop: "198.18.0.254".parse().ok(),
+                source: "198.18.0.2".parse().ok(),
+            })
         }
         fn route_probes(&mut self, v6: bool, gateway: Option<IpAddr>) {
             self.probe_routes.push((v6, gateway));
