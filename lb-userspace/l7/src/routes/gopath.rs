@@ -50,7 +50,7 @@ pub fn sent_form(path: &[u8], received: &str) -> String {
 
 /// Go's `validEncoded(s, encodePath)`: only bytes a path may carry unescaped, the
 /// sub-delimiters, brackets and `%`.
-fn valid_encoded(s: &str) -> bool {
+pub(super) fn valid_encoded(s: &str) -> bool {
     s.bytes().all(|c| {
         c.is_ascii_alphanumeric()
             || matches!(

@@ -8,7 +8,10 @@
 //! never written, since skipper replaces it with the request's, which a server
 //! request does not have.
 
-use super::query::{escape_path_into, path_unescape_into};
+use super::{
+    gopath,
+    query::{escape_path_into, path_unescape_into},
+};
 
 /// A parsed location; empty parts come from the request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -106,11 +109,9 @@ impl Location {
             host.clone_into(&mut loc.host);
         }
         if !path.is_empty() {
-            let mut decoded = Vec::with_capacity(path.len());
-            if !valid_escapes(path) {
+            let Some(decoded) = gopath::decode(path) else {
                 return bad("the path has a bad % escape");
-            }
-            path_unescape_into(path, &mut decoded);
+            };
             loc.path = String::from_utf8_lossy(&decoded).into_owned();
             let mut canonical = String::with_capacity(path.len());
             escape_path_into(&mut canonical, &decoded);
@@ -145,7 +146,7 @@ impl Location {
                 let mut p = String::with_capacity(req.path.len());
                 escape_path_into(&mut p, &decoded);
                 p
-            } else if !self.raw_path.is_empty() && valid_encoded(&self.raw_path) {
+            } else if !self.raw_path.is_empty() && gopath::valid_encoded(&self.raw_path) {
                 self.raw_path.clone()
             } else {
                 let mut p = String::with_capacity(self.path.len());
@@ -211,12 +212,6 @@ fn valid_escapes(s: &str) -> bool {
         i += 1;
     }
     true
-}
-
-/// Go's `validEncoded` for a path: only bytes a path may carry unescaped.
-fn valid_encoded(s: &str) -> bool {
-    s.bytes()
-        .all(|c| c.is_ascii_alphanumeric() || b"-_.~!$&'()*+,;=:@[]%/".contains(&c))
 }
 
 /// Go's `parseHost` for what a location can hold: a bracketed IPv6 literal with an
