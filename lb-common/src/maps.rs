@@ -226,6 +226,11 @@ pub enum ForwardingMode {
 }
 
 impl ForwardingMode {
+    /// Whether packets leave encapsulated (`ipip`, `gue`).
+    pub const fn is_tunnel(self) -> bool {
+        matches!(self, Self::Ipip | Self::Gue)
+    }
+
     /// Decodes a mode stored in [`VipInfo::mode`].
     pub const fn from_u32(value: u32) -> Option<Self> {
         match value {

@@ -9,7 +9,6 @@ use std::{
 };
 
 use lb_admin::{Histogram, ReconcileRecord};
-use lb_common::ForwardingMode;
 use lb_model::{
     dataplane::{ApplyReport, MapOps, ServiceSpec},
     fade_state::FadeStarts,
@@ -144,10 +143,8 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         }
         // The FIB lookup of an IPv6 packet (an IPv6 VIP's, or the outer header to an
         // IPv6 tunnel backend) needs IPv6 forwarding on.
-        let tunnel_v6 = |s: &ServiceSpec| {
-            matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue)
-                && s.backends.iter().any(IpAddr::is_ipv6)
-        };
+        let tunnel_v6 =
+            |s: &ServiceSpec| s.mode.is_tunnel() && s.backends.iter().any(IpAddr::is_ipv6);
         if specs
             .iter()
             .any(|s| !lb_common::maps::is_v4_mapped(&s.key.addr) || tunnel_v6(s))
@@ -177,14 +174,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
     /// a family without a block taking the source the node's route towards one of its
     /// tunnel backends prefers (asked by [`Self::resolve_tunnel_hops`]).
     fn write_tunnel(&mut self, specs: &[ServiceSpec]) -> Result<(), AgentError> {
-        let tunnelled = |v6: bool| {
-            specs
-                .iter()
-                .filter(|s| matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue))
-                .flat_map(|s| s.backends.iter())
-                .find(|b| b.is_ipv6() == v6)
-                .copied()
-        };
+        let tunnelled = |v6: bool| tunnel_backends(specs).find(|b| b.is_ipv6() == v6).copied();
         let settings = self.desired.config.tunnel;
         let fallback = |v6: bool, configured: bool| {
             if configured {
@@ -217,11 +207,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
     /// the route of each backend once, when it appears.
     fn resolve_tunnel_hops(&mut self, specs: &[ServiceSpec]) -> Result<(), AgentError> {
         let mut fresh = Vec::new();
-        for b in specs
-            .iter()
-            .filter(|s| matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue))
-            .flat_map(|s| s.backends.iter())
-        {
+        for b in tunnel_backends(specs) {
             if self.tunnel_hops.contains_key(b) {
                 continue;
             }
@@ -249,7 +235,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         for v6 in [false, true] {
             let want = specs
                 .iter()
-                .filter(|s| matches!(s.mode, ForwardingMode::Ipip | ForwardingMode::Gue))
+                .filter(|s| s.mode.is_tunnel())
                 .filter(|s| lb_common::maps::is_v4_mapped(&s.key.addr) != v6)
                 .filter(|s| {
                     self.desired
@@ -273,6 +259,14 @@ impl<D: MapOps, H: Host> Agent<D, H> {
     pub(super) fn weighted_now(&mut self, now: SystemTime) -> Weighted {
         self.desired.weighted(&mut self.starts, &self.health, now)
     }
+}
+
+/// The backends of the `ipip`/`gue` services among `specs`.
+fn tunnel_backends(specs: &[ServiceSpec]) -> impl Iterator<Item = &IpAddr> {
+    specs
+        .iter()
+        .filter(|s| s.mode.is_tunnel())
+        .flat_map(|s| s.backends.iter())
 }
 
 /// Counts a reconcile that began at `began` into `histogram` and describes it.
