@@ -33,8 +33,8 @@ const fn finish(mut h: u32, len: u32) -> u32 {
 }
 
 #[inline(always)]
-const fn word(addr: &[u8; 16], i: usize) -> u32 {
-    u32::from_ne_bytes([addr[i], addr[i + 1], addr[i + 2], addr[i + 3]])
+const fn word(addr: &crate::Addr, i: usize) -> u32 {
+    addr.0[i / 4]
 }
 
 /// Hashes a flow's 5-tuple. Addresses and ports are taken as stored (network byte
@@ -69,9 +69,9 @@ pub const fn flow_hash(seed: u32, key: &crate::FlowKey) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{FlowKey, maps::v4_mapped};
+    use crate::{Addr, FlowKey, maps::v4_mapped};
 
-    fn key(src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, proto: u8) -> FlowKey {
+    fn key(src: Addr, dst: Addr, sport: u16, dport: u16, proto: u8) -> FlowKey {
         FlowKey {
             src,
             dst,
@@ -83,8 +83,10 @@ mod tests {
         }
     }
 
-    const V6_SRC: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-    const V6_DST: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+    const V6_SRC: Addr =
+        Addr::from_octets([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    const V6_DST: Addr =
+        Addr::from_octets([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
 
     /// Golden values: a change here changes which backend every node picks, so it must
     /// be deliberate (and rolled out fleet-wide).

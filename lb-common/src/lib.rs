@@ -13,6 +13,7 @@
 //! With the `user` feature every key and value implements `aya::Pod`.
 #![no_std]
 
+pub mod addr;
 pub mod counters;
 pub mod decap;
 pub mod hash;
@@ -20,6 +21,7 @@ pub mod maps;
 pub mod probe;
 pub mod tunnel;
 
+pub use addr::Addr;
 pub use counters::{
     BackendStats, Counter, CounterKind, Reason, Sent, TrafficStats, VipStats, XdpAction,
 };

@@ -5,6 +5,8 @@
 
 use core::mem::size_of;
 
+pub use crate::addr::Addr;
+
 /// Names of programs and maps, as pinned under bpffs.
 pub mod names {
     /// The ingress XDP program.
@@ -95,11 +97,8 @@ pub const VIP_FILTER_WORDS: u32 = 1024;
 /// which the verifier inlines, instead of the two VIP-map hash lookups, for the traffic
 /// that is not ours. A set bit only means "maybe": the VIP map decides.
 #[inline(always)]
-pub const fn vip_filter_slot(addr: &[u8; 16]) -> (u32, u64) {
-    let a = u32::from_ne_bytes([addr[0], addr[1], addr[2], addr[3]]);
-    let b = u32::from_ne_bytes([addr[4], addr[5], addr[6], addr[7]]);
-    let c = u32::from_ne_bytes([addr[8], addr[9], addr[10], addr[11]]);
-    let d = u32::from_ne_bytes([addr[12], addr[13], addr[14], addr[15]]);
+pub const fn vip_filter_slot(addr: &Addr) -> (u32, u64) {
+    let [a, b, c, d] = addr.0;
     let mut x = a ^ b.rotate_left(8) ^ c.rotate_left(16) ^ d;
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);
@@ -147,29 +146,16 @@ pub mod proto {
     pub const ICMPV6: u8 = 58;
 }
 
-/// Turns an IPv4 address (network order bytes) into its IPv4-mapped 16-byte form.
+/// Turns an IPv4 address (network order bytes) into its IPv4-mapped form.
 #[inline(always)]
-pub const fn v4_mapped(v4: [u8; 4]) -> [u8; 16] {
-    [
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, v4[0], v4[1], v4[2], v4[3],
-    ]
+pub const fn v4_mapped(v4: [u8; 4]) -> Addr {
+    Addr::v4_mapped(v4)
 }
 
-/// Whether a 16-byte address is IPv4-mapped.
+/// Whether an address is IPv4-mapped.
 #[inline(always)]
-pub const fn is_v4_mapped(addr: &[u8; 16]) -> bool {
-    addr[0] == 0
-        && addr[1] == 0
-        && addr[2] == 0
-        && addr[3] == 0
-        && addr[4] == 0
-        && addr[5] == 0
-        && addr[6] == 0
-        && addr[7] == 0
-        && addr[8] == 0
-        && addr[9] == 0
-        && addr[10] == 0xff
-        && addr[11] == 0xff
+pub const fn is_v4_mapped(addr: &Addr) -> bool {
+    addr.is_v4_mapped()
 }
 
 /// Key of the VIP map. A service for every port of an address uses `port_be == 0`; the
@@ -182,7 +168,7 @@ pub const fn is_v4_mapped(addr: &[u8; 16]) -> bool {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VipKey {
     /// VIP address (IPv4-mapped for IPv4).
-    pub addr: [u8; 16],
+    pub addr: Addr,
     /// Destination port, network byte order; 0 = all ports.
     pub port_be: u16,
     /// IP protocol ([`proto::TCP`] or [`proto::UDP`]).
@@ -199,7 +185,7 @@ const _: () = assert!(size_of::<VipKey>() == 24);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddrKey {
     /// The address.
-    pub addr: [u8; 16],
+    pub addr: Addr,
 }
 const _: () = assert!(size_of::<AddrKey>() == 16);
 
@@ -299,7 +285,7 @@ pub const BACKEND_F_NO_NEW: u16 = 2;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Backend {
     /// Backend address (IPv4-mapped for IPv4).
-    pub addr: [u8; 16],
+    pub addr: Addr,
     /// `BACKEND_F_*` flags.
     pub flags: u16,
     /// `nat` mode: the port the backend listens on, network byte order, when it
@@ -321,9 +307,9 @@ const _: () = assert!(size_of::<Backend>() == 24);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
     /// Source address (IPv4-mapped for IPv4).
-    pub src: [u8; 16],
+    pub src: Addr,
     /// Destination address, the VIP.
-    pub dst: [u8; 16],
+    pub dst: Addr,
     /// Source port, network byte order.
     pub src_port_be: u16,
     /// Destination port, network byte order.
@@ -435,9 +421,9 @@ pub const NAT_EV_RST: u8 = 1;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NatEntry {
     /// The client's address (the reply's new destination).
-    pub client: [u8; 16],
+    pub client: Addr,
     /// The VIP (the reply's new source).
-    pub vip: [u8; 16],
+    pub vip: Addr,
     /// The client's port, network byte order.
     pub client_port_be: u16,
     /// The VIP's port, network byte order.
@@ -545,9 +531,9 @@ pub struct GlobalConfig {
     /// race to take over the same expired port. 0 or 1: no split.
     pub nat_cpus: u32,
     /// `nat` mode: the node's IPv4 source address (IPv4-mapped; zero = none).
-    pub nat_v4: [u8; 16],
+    pub nat_v4: Addr,
     /// `nat` mode: the node's IPv6 source address (zero = none).
-    pub nat_v6: [u8; 16],
+    pub nat_v6: Addr,
     /// `nat` mode: how long each flow state holds its port.
     pub nat_timeouts: NatTimeouts,
 }

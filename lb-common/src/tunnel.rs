@@ -6,16 +6,14 @@
 //! settings, without loops or byte-wise array work (each byte would cost the BPF
 //! program a stack slot).
 
-use crate::{FlowKey, TunnelConfig, maps::v4_mapped};
+use crate::{Addr, FlowKey, TunnelConfig};
 
 /// A cheap per-flow value of the client's address and port: the same for every packet
 /// of a flow, different across flows. MurmurHash3's finaliser, so every input bit
 /// reaches every output bit.
 #[inline(always)]
 pub fn flow_mix(key: &FlowKey) -> u32 {
-    let s = &key.src;
-    let a = u32::from_ne_bytes([s[12], s[13], s[14], s[15]]);
-    let b = u32::from_ne_bytes([s[8], s[9], s[10], s[11]]);
+    let [_, _, b, a] = key.src.0;
     let p = u32::from(key.src_port_be);
     let mut x = a ^ b.rotate_left(7) ^ p.wrapping_mul(0x9e37_79b1);
     x ^= x >> 16;
@@ -25,10 +23,10 @@ pub fn flow_mix(key: &FlowKey) -> u32 {
     x ^ (x >> 16)
 }
 
-/// The outer source of a flow whose [`flow_mix`] is `mix` (see [`TunnelConfig`]), in
-/// the 16-byte form (IPv4-mapped for IPv4); `None` when the family has no source.
+/// The outer source of a flow whose [`flow_mix`] is `mix` (see [`TunnelConfig`]),
+/// IPv4-mapped for IPv4; `None` when the family has no source.
 #[inline(always)]
-pub fn outer_source(cfg: &TunnelConfig, outer6: bool, mix: u32) -> Option<[u8; 16]> {
+pub fn outer_source(cfg: &TunnelConfig, outer6: bool, mix: u32) -> Option<Addr> {
     if outer6 {
         let s = &cfg.source_v6;
         let hi = u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]);
@@ -39,17 +37,19 @@ pub fn outer_source(cfg: &TunnelConfig, outer6: bool, mix: u32) -> Option<[u8; 1
         let m = u64::from(mix) | (u64::from(mix) << 32);
         let lo = lo | (m & u64::from_ne_bytes(cfg.host_mask_v6));
         let (h, l) = (hi.to_ne_bytes(), lo.to_ne_bytes());
-        Some([
-            h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], l[0], l[1], l[2], l[3], l[4], l[5],
-            l[6], l[7],
-        ])
+        Some(Addr([
+            u32::from_ne_bytes([h[0], h[1], h[2], h[3]]),
+            u32::from_ne_bytes([h[4], h[5], h[6], h[7]]),
+            u32::from_ne_bytes([l[0], l[1], l[2], l[3]]),
+            u32::from_ne_bytes([l[4], l[5], l[6], l[7]]),
+        ]))
     } else {
         let base = u32::from_ne_bytes(cfg.source_v4);
         if base == 0 {
             return None;
         }
-        let v4 = (base | (mix & u32::from_ne_bytes(cfg.host_mask_v4))).to_ne_bytes();
-        Some(v4_mapped(v4))
+        let v4 = base | (mix & u32::from_ne_bytes(cfg.host_mask_v4));
+        Some(Addr::v4_mapped_word(v4))
     }
 }
 
@@ -71,8 +71,9 @@ pub const GUE_PORT: u16 = 6080;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::maps::v4_mapped;
 
-    fn key(src: [u8; 16], port: u16) -> FlowKey {
+    fn key(src: Addr, port: u16) -> FlowKey {
         FlowKey {
             src,
             src_port_be: port.to_be(),
@@ -92,10 +93,10 @@ mod tests {
         let mut v4 = [false; 256];
         for port in 1000..1256u16 {
             let m = flow_mix(&key(v4_mapped([198, 18, 0, 1]), port));
-            let s = outer_source(&cfg, false, m).expect("v4 source");
-            assert_eq!(s[..15], v4_mapped([198, 18, 200, 0])[..15]);
+            let s = outer_source(&cfg, false, m).expect("v4 source").octets();
+            assert_eq!(s[..15], v4_mapped([198, 18, 200, 0]).octets()[..15]);
             v4[usize::from(s[15])] = true;
-            let s6 = outer_source(&cfg, true, m).expect("v6 source");
+            let s6 = outer_source(&cfg, true, m).expect("v6 source").octets();
             assert_eq!(s6[..8], cfg.source_v6[..8]);
             assert!(gue_source_port(m) >= 0xc000);
         }

@@ -9,10 +9,10 @@ pub fn fold(mut sum: u32) -> u16 {
     sum as u16
 }
 
-/// The 16-byte form's significant bytes for a header field: IPv4 uses the last four.
+/// An address's bytes for an IPv4 header field: the last four of the mapped form.
 #[inline(always)]
-pub fn v4_of(addr: &[u8; 16]) -> [u8; 4] {
-    [addr[12], addr[13], addr[14], addr[15]]
+pub fn v4_of(addr: &lb_common::Addr) -> [u8; 4] {
+    addr.v4_word().to_ne_bytes()
 }
 
 /// Writes a whole IPv4 header without options at `ip`, its checksum computed from the

@@ -52,6 +52,7 @@ use aya_ebpf::{
     helpers::{bpf_skb_vlan_pop, bpf_skb_vlan_push},
     programs::TcContext,
 };
+use lb_common::Addr;
 use lb_common::{AddrKey, DecapCounter, maps::v4_mapped};
 
 use crate::{
@@ -343,7 +344,7 @@ fn inner(ctx: &TcContext, tunnel: &Tunnel) -> Result<bool, DecapCounter> {
         (IPPROTO_UDP, _) => return Err(DecapCounter::RefusedGueVariant),
         _ => return Err(malformed),
     };
-    let mut key = AddrKey { addr: [0; 16] };
+    let mut key = AddrKey { addr: Addr::ZERO };
     if inner6 {
         let ip = header::<Ipv6Hdr>(ctx, at).ok_or(malformed)?;
         // SAFETY: header checked the bounds.
@@ -351,7 +352,7 @@ fn inner(ctx: &TcContext, tunnel: &Tunnel) -> Result<bool, DecapCounter> {
         if usize::from(u16::from_be_bytes(ip.payload_len)) + IPV6_LEN != len {
             return Err(malformed);
         }
-        key.addr = ip.dst;
+        key.addr = Addr::from_octets(ip.dst);
     } else {
         let ip = header::<Ipv4Hdr>(ctx, at).ok_or(malformed)?;
         // SAFETY: header checked the bounds.

@@ -11,6 +11,7 @@ use aya_ebpf::{
     },
     helpers::{bpf_fib_lookup, bpf_ktime_get_coarse_ns},
 };
+use lb_common::Addr;
 use lb_common::{Backend, Counter, maps::BACKEND_F_IPV6};
 
 use crate::{
@@ -30,7 +31,7 @@ const NEXT_HOP_TTL_NS: u64 = 1_000_000_000;
 #[derive(Clone, Copy)]
 pub struct NextHop {
     /// The backend address this entry is for (a backend id can be reused later).
-    pub addr: [u8; 16],
+    pub addr: Addr,
     pub dmac: [u8; 6],
     pub smac: [u8; 6],
     pub ifindex: u32,
@@ -55,29 +56,14 @@ pub struct Hop {
 /// IPv4), `tot_len` bytes of IP (0: no MTU check by the FIB).
 pub struct Query<'a> {
     pub ipv6: bool,
-    pub src: &'a [u8; 16],
-    pub dst: &'a [u8; 16],
+    pub src: &'a Addr,
+    pub dst: &'a Addr,
     pub proto: u8,
     pub tot_len: u16,
 }
 
-#[inline(always)]
-fn same_addr(a: &[u8; 16], b: &[u8; 16]) -> bool {
-    words(a) == words(b)
-}
-
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
-
-#[inline(always)]
-fn words(addr: &[u8; 16]) -> [u32; 4] {
-    [
-        u32::from_ne_bytes([addr[0], addr[1], addr[2], addr[3]]),
-        u32::from_ne_bytes([addr[4], addr[5], addr[6], addr[7]]),
-        u32::from_ne_bytes([addr[8], addr[9], addr[10], addr[11]]),
-        u32::from_ne_bytes([addr[12], addr[13], addr[14], addr[15]]),
-    ]
-}
 
 /// Writes a MAC address as one 4-byte and one 2-byte store (a plain array assignment
 /// becomes a byte-at-a-time memcpy call on BPF).
@@ -134,7 +120,7 @@ pub fn to_backend(
 /// Sends a (translated) reply towards `client`: the FIB picks the next hop; clients
 /// are too many to cache.
 #[inline(always)]
-pub fn to_client(ctx: &impl Ctx, pkt: &Packet, client: &[u8; 16], now: u64) -> Verdict {
+pub fn to_client(ctx: &impl Ctx, pkt: &Packet, client: &Addr, now: u64) -> Verdict {
     let q = Query {
         ipv6: pkt.ipv6,
         src: &pkt.key.src,
@@ -173,7 +159,7 @@ pub fn resolve(
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.
         let hop = unsafe { &*hop };
-        if now < hop.expires_ns && same_addr(&hop.addr, q.dst) {
+        if now < hop.expires_ns && hop.addr == *q.dst {
             return Ok(Hop {
                 dmac: hop.dmac,
                 smac: hop.smac,
@@ -198,12 +184,12 @@ pub fn resolve(
         (*fib).__bindgen_anon_2.flowinfo = 0;
         if q.ipv6 {
             (*fib).family = AF_INET6;
-            (*fib).__bindgen_anon_3.ipv6_src = words(q.src);
-            (*fib).__bindgen_anon_4.ipv6_dst = words(q.dst);
+            (*fib).__bindgen_anon_3.ipv6_src = q.src.0;
+            (*fib).__bindgen_anon_4.ipv6_dst = q.dst.0;
         } else {
             (*fib).family = AF_INET;
-            (*fib).__bindgen_anon_3.ipv4_src = words(q.src)[3];
-            (*fib).__bindgen_anon_4.ipv4_dst = words(q.dst)[3];
+            (*fib).__bindgen_anon_3.ipv4_src = q.src.v4_word();
+            (*fib).__bindgen_anon_4.ipv4_dst = q.dst.v4_word();
         }
         bpf_fib_lookup(ctx.as_ptr(), fib, size_of::<FibParams>() as i32, 0)
     };

@@ -8,6 +8,7 @@
 //!   in the echo map (the node does not hold VIPs itself, so the stack would not).
 //! - Everything else ICMP passes to the stack untouched.
 
+use lb_common::Addr;
 use lb_common::{
     Backend, Counter, FlowKey,
     maps::{proto, v4_mapped},
@@ -121,7 +122,7 @@ pub fn v6(
     let ip_len = payload_len.saturating_add(IPV6_LEN as u16);
     if icmp.kind == ICMPV6_ECHO && icmp.code == 0 {
         let key = FlowKey {
-            dst: ip.dst,
+            dst: Addr::from_octets(ip.dst),
             proto: proto::ICMPV6,
             ..FlowKey::default()
         };
@@ -149,8 +150,8 @@ pub fn v6(
     let ports =
         l4_ports(ctx, inner_at + IPV6_LEN).map_err(|_| Verdict::pass(Counter::PassNotVip))?;
     let key = FlowKey {
-        src: inner.dst,
-        dst: inner.src,
+        src: Addr::from_octets(inner.dst),
+        dst: Addr::from_octets(inner.src),
         src_port_be: u16::from_ne_bytes(ports.dst),
         dst_port_be: u16::from_ne_bytes(ports.src),
         proto: inner.next_hdr,
@@ -233,7 +234,7 @@ pub fn nat_translate(
     ctx: &impl Ctx,
     pkt: &Packet,
     backend: &Backend,
-    nat: &[u8; 16],
+    nat: &Addr,
     nat_port_be: u16,
 ) -> bool {
     let backend_port_be = backend.port_be;
@@ -256,14 +257,19 @@ pub fn nat_translate(
                 return false;
             };
             // The ICMPv6 checksum covers the outer destination (pseudo header) too.
-            sum = csum_diff((*outer).dst.as_ptr(), backend.as_ptr(), 16, sum);
-            sum = csum_diff((*quoted).src.as_ptr(), backend.as_ptr(), 16, sum);
-            sum = csum_diff((*quoted).dst.as_ptr(), nat.as_ptr(), 16, sum);
+            sum = csum_diff((*outer).dst.as_ptr(), backend.as_octets().as_ptr(), 16, sum);
+            sum = csum_diff(
+                (*quoted).src.as_ptr(),
+                backend.as_octets().as_ptr(),
+                16,
+                sum,
+            );
+            sum = csum_diff((*quoted).dst.as_ptr(), nat.as_octets().as_ptr(), 16, sum);
             let new_ports = quoted_ports(&*ports, backend_port_be, nat_port_be);
             sum = csum_diff(ports.cast(), new_ports.as_ptr(), 4, sum);
-            (*outer).dst = *backend;
-            (*quoted).src = *backend;
-            (*quoted).dst = *nat;
+            (*outer).dst = backend.octets();
+            (*quoted).src = backend.octets();
+            (*quoted).dst = nat.octets();
             *ports = new_ports;
         } else {
             let Some(outer) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
@@ -275,7 +281,10 @@ pub fn nat_translate(
             let Some(ports) = ptr_at::<[u8; 4]>(ctx, inner + IPV4_LEN) else {
                 return false;
             };
-            let (backend4, nat4) = (backend.as_ptr().add(12), nat.as_ptr().add(12));
+            let (backend4, nat4) = (
+                backend.as_octets().as_ptr().add(12),
+                nat.as_octets().as_ptr().add(12),
+            );
             // Outer header: destination VIP → backend (ICMPv4 has no pseudo header).
             let outer_sum = csum_diff(
                 (*outer).dst.as_ptr(),
@@ -383,8 +392,8 @@ pub fn write_too_big_v6(ctx: &impl Ctx, l3: usize, key: &FlowKey, mtu: u32) -> b
         (*ip).payload_len = (BODY as u16).to_be_bytes();
         (*ip).next_hdr = proto::ICMPV6;
         (*ip).hop_limit = 64;
-        (*ip).src = key.dst;
-        (*ip).dst = key.src;
+        (*ip).src = key.dst.octets();
+        (*ip).dst = key.src.octets();
         let b = &mut *body;
         b[..8].copy_from_slice(&[ICMPV6_PKT_TOOBIG, 0, 0, 0, mtu[0], mtu[1], mtu[2], mtu[3]]);
         // The pseudo header: both addresses, the length and the next header.

@@ -50,6 +50,7 @@ mod records {
         programs::{TcContext, XdpContext},
     };
     use aya_log_ebpf::{debug, warn};
+    use lb_common::Addr;
     use lb_common::{Backend, Counter, FlowKey};
 
     use crate::{Verdict, ctx::Ctx, lookup::NoChoice};
@@ -66,7 +67,7 @@ mod records {
         /// The flow (client → VIP) of a `NOTE_NEW_FLOW` or `NOTE_NAT_*`.
         key: FlowKey,
         /// The backend's address, for `NOTE_NEW_FLOW`.
-        backend: [u8; 16],
+        backend: Addr,
     }
 
     /// A new flow was given a backend.
@@ -175,13 +176,13 @@ mod records {
             debug!(
                 ctx,
                 "new flow {:i}:{} -> {:i}:{} proto {}: backend {} {:i}",
-                key.src,
+                key.src.octets(),
                 src_port,
-                key.dst,
+                key.dst.octets(),
                 dst_port,
                 key.proto,
                 note.backend_id,
-                note.backend
+                note.backend.octets()
             );
         }
         if note.what & (NOTE_NAT_NO_PORT | NOTE_NAT_TABLE_FULL) != 0 {
@@ -194,9 +195,9 @@ mod records {
                 ctx,
                 "{} for {:i}:{} -> {:i}:{} proto {}",
                 what,
-                key.src,
+                key.src.octets(),
                 src_port,
-                key.dst,
+                key.dst.octets(),
                 dst_port,
                 key.proto
             );

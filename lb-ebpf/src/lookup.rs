@@ -2,6 +2,7 @@
 //! indexes them.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
+use lb_common::Addr;
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, VipInfo, VipKey, flow_hash,
     maps::{BACKEND_F_NO_NEW, MAX_BACKENDS_PER_SERVICE, TABLE_CHUNK_SLOTS, proto},
@@ -18,7 +19,7 @@ use crate::{
 /// Whether `addr` may be a VIP's: its prefilter bit is set. A clear bit is certain
 /// (no VIP has that address); a set one leaves it to the VIP map.
 #[inline(always)]
-pub fn may_be_vip(addr: &[u8; 16]) -> bool {
+pub fn may_be_vip(addr: &Addr) -> bool {
     let (word, bit) = lb_common::maps::vip_filter_slot(addr);
     crate::maps::VIP_FILTER
         .get(word)
@@ -27,7 +28,7 @@ pub fn may_be_vip(addr: &[u8; 16]) -> bool {
 
 /// Whether echo requests to `addr` are answered here.
 #[inline(always)]
-pub fn answers_echo(addr: &[u8; 16]) -> bool {
+pub fn answers_echo(addr: &Addr) -> bool {
     let key = lb_common::AddrKey { addr: *addr };
     // SAFETY: the value is only tested for presence.
     unsafe { ECHO_ADDRS.get(key) }.is_some()

@@ -23,6 +23,7 @@ use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
     helpers::{bpf_csum_diff, bpf_get_smp_processor_id, bpf_l3_csum_replace, bpf_l4_csum_replace},
 };
+use lb_common::Addr;
 use lb_common::{
     Backend, Counter, FlowEntry, FlowKey, GlobalConfig, NatEntry, NatState, VipInfo, flow_hash,
     maps::{
@@ -69,9 +70,9 @@ fn config() -> Option<&'static GlobalConfig> {
 
 /// The node's NAT address for this family, if configured.
 #[inline(always)]
-fn nat_addr(cfg: &GlobalConfig, ipv6: bool) -> Option<[u8; 16]> {
+fn nat_addr(cfg: &GlobalConfig, ipv6: bool) -> Option<Addr> {
     let addr = if ipv6 { cfg.nat_v6 } else { cfg.nat_v4 };
-    if cfg.nat_port_count == 0 || addr == [0; 16] {
+    if cfg.nat_port_count == 0 || addr.is_zero() {
         None
     } else {
         Some(addr)
@@ -80,13 +81,13 @@ fn nat_addr(cfg: &GlobalConfig, ipv6: bool) -> Option<[u8; 16]> {
 
 /// The node's NAT address for a family, if configured.
 #[inline(always)]
-pub fn nat_addr_of(ipv6: bool) -> Option<[u8; 16]> {
+pub fn nat_addr_of(ipv6: bool) -> Option<Addr> {
     config().and_then(|c| nat_addr(c, ipv6))
 }
 
 /// Whether `dst` is the node's NAT address (so the packet may be a reply).
 #[inline(always)]
-pub fn is_nat_addr(dst: &[u8; 16], ipv6: bool) -> bool {
+pub fn is_nat_addr(dst: &Addr, ipv6: bool) -> bool {
     config()
         .and_then(|c| nat_addr(c, ipv6))
         .is_some_and(|a| a == *dst)
@@ -153,13 +154,7 @@ pub fn backend_port(backend: &Backend, vip_port_be: u16) -> u16 {
 
 /// Fills the scratch reply key of a flow to `backend` through `nat_port_be`.
 #[inline(always)]
-fn set_reply_key(
-    sc: *mut Scratch,
-    backend: &Backend,
-    nat: &[u8; 16],
-    key: &FlowKey,
-    nat_port_be: u16,
-) {
+fn set_reply_key(sc: *mut Scratch, backend: &Backend, nat: &Addr, key: &FlowKey, nat_port_be: u16) {
     // SAFETY: the scratch slot of this CPU, valid for this run.
     unsafe {
         (*sc).reply = FlowKey {
@@ -393,7 +388,7 @@ fn fill_entry(cfg: &GlobalConfig, sc: *mut Scratch, key: &FlowKey, backend_id: u
 fn claim_port(
     cfg: &GlobalConfig,
     sc: *mut Scratch,
-    nat: &[u8; 16],
+    nat: &Addr,
     key: &FlowKey,
     backend: &Backend,
     backend_id: u32,
@@ -586,8 +581,8 @@ fn track_reply(r: *mut NatEntry, pkt: &Packet, now: u64) {
 /// of each address (its last four bytes) is word-aligned for `bpf_csum_diff`.
 #[repr(C, align(8))]
 pub struct Rewrite {
-    pub src: [u8; 16],
-    pub dst: [u8; 16],
+    pub src: Addr,
+    pub dst: Addr,
     pub sport_be: u16,
     pub dport_be: u16,
 }
@@ -636,15 +631,18 @@ fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
             let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            l4 = diff((*ip).src.as_ptr(), src.as_ptr(), 16, l4);
-            l4 = diff((*ip).dst.as_ptr(), dst.as_ptr(), 16, l4);
-            (*ip).src = *src;
-            (*ip).dst = *dst;
+            l4 = diff((*ip).src.as_ptr(), src.as_octets().as_ptr(), 16, l4);
+            l4 = diff((*ip).dst.as_ptr(), dst.as_octets().as_ptr(), 16, l4);
+            (*ip).src = src.octets();
+            (*ip).dst = dst.octets();
         } else {
             let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            let (src4, dst4) = (src.as_ptr().add(12), dst.as_ptr().add(12));
+            let (src4, dst4) = (
+                src.as_octets().as_ptr().add(12),
+                dst.as_octets().as_ptr().add(12),
+            );
             let mut l3 = u32::from(!u16::from_ne_bytes((*ip).check));
             l3 = diff((*ip).src.as_ptr(), src4, 4, l3);
             l3 = diff((*ip).dst.as_ptr(), dst4, 4, l3);
@@ -702,14 +700,17 @@ fn rewrite_skb<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
             // Source and destination follow each other in the header and in `to`.
             let new = (to as *const Rewrite).cast::<u8>();
             let d = diff((*ip).src.as_ptr(), new, 32, 0);
-            (*ip).src = to.src;
-            (*ip).dst = to.dst;
+            (*ip).src = to.src.octets();
+            (*ip).dst = to.dst.octets();
             (d, None)
         } else {
             let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            let (src4, dst4) = (to.src.as_ptr().add(12), to.dst.as_ptr().add(12));
+            let (src4, dst4) = (
+                to.src.as_octets().as_ptr().add(12),
+                to.dst.as_octets().as_ptr().add(12),
+            );
             let mut d = diff((*ip).src.as_ptr(), src4, 4, 0);
             d = diff((*ip).dst.as_ptr(), dst4, 4, d);
             (*ip).src = csum::v4_of(&to.src);

@@ -12,6 +12,7 @@
 
 use core::mem::size_of;
 
+use lb_common::Addr;
 use lb_common::{
     Counter, FlowKey,
     maps::{proto, v4_mapped},
@@ -306,8 +307,8 @@ fn ipv6<const ICMP: bool>(
     Ok(Packet {
         eth,
         key: FlowKey {
-            src: ip.src,
-            dst: ip.dst,
+            src: Addr::from_octets(ip.src),
+            dst: Addr::from_octets(ip.dst),
             src_port_be: u16::from_ne_bytes(ports.src),
             dst_port_be: u16::from_ne_bytes(ports.dst),
             proto: ip.next_hdr,

@@ -22,6 +22,7 @@ use aya_ebpf::{
     bindings::{TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action},
     programs::TcContext,
 };
+use lb_common::Addr;
 use lb_common::{
     Counter, ProbeCounter,
     maps::{proto, v4_mapped},
@@ -83,8 +84,8 @@ fn probe_packet(ctx: &Egress, out: &mut Probe) -> bool {
             if ip.next_hdr != proto::TCP {
                 return false;
             }
-            out.key.src = ip.src;
-            out.key.dst = ip.dst;
+            out.key.src = Addr::from_octets(ip.src);
+            out.key.dst = Addr::from_octets(ip.dst);
             out.ip_len = u16::from_be_bytes(ip.payload_len).saturating_add(IPV6_LEN as u16);
             out.ipv6 = true;
             out.l4 = 14 + IPV6_LEN;
@@ -235,7 +236,7 @@ pub fn steer(ctx: &Egress) -> (i32, ProbeCounter) {
         return shot(ProbeCounter::DropUnknownBackend);
     };
     // An id never given out holds zeros: no address to send to.
-    if backend.addr == [0; 16] {
+    if backend.addr.is_zero() {
         return shot(ProbeCounter::DropUnknownBackend);
     }
     let gue = mark & PROBE_MARK_GUE != 0;

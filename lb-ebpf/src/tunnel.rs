@@ -18,6 +18,7 @@
 //! looked at, where every common stack puts it.
 
 use aya_ebpf::bindings::xdp_action;
+use lb_common::Addr;
 use lb_common::{
     Backend, Counter, FlowKey, ForwardingMode, Sent, TunnelConfig, VipInfo,
     maps::{BACKEND_F_IPV6, proto},
@@ -247,7 +248,7 @@ fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<H
 fn encapsulate(
     ctx: &impl Ctx,
     pkt: &Packet,
-    src: &[u8; 16],
+    src: &Addr,
     backend: &Backend,
     gue: bool,
 ) -> *mut EthHdr {
@@ -332,8 +333,8 @@ fn inner_tos(ctx: &impl Ctx, pkt: &Packet) -> u8 {
 fn write_ipv4(
     ctx: &impl Ctx,
     at: usize,
-    src: &[u8; 16],
-    dst: &[u8; 16],
+    src: &Addr,
+    dst: &Addr,
     proto: u8,
     payload: u16,
     tos: u8,
@@ -358,8 +359,8 @@ fn write_ipv4(
 fn write_ipv6(
     ctx: &impl Ctx,
     at: usize,
-    src: &[u8; 16],
-    dst: &[u8; 16],
+    src: &Addr,
+    dst: &Addr,
     proto: u8,
     payload: u16,
     tc: u8,
@@ -375,8 +376,8 @@ fn write_ipv6(
         (*ip).payload_len = payload.to_be_bytes();
         (*ip).next_hdr = proto;
         (*ip).hop_limit = TTL;
-        (*ip).src = *src;
-        (*ip).dst = *dst;
+        (*ip).src = src.octets();
+        (*ip).dst = dst.octets();
     }
     true
 }

@@ -133,7 +133,7 @@ fn a_syn_is_half_open_until_its_ack_establishes_it() {
         let record = rig.dataplane.maps().backend(e.backend_id).expect("backend");
         assert_eq!(
             IpAddr::from(
-                std::net::Ipv6Addr::from(record.addr)
+                std::net::Ipv6Addr::from(record.addr.octets())
                     .to_ipv4_mapped()
                     .expect("v4")
             ),

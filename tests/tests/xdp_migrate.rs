@@ -27,8 +27,8 @@ const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct OldNatEntry {
-    client: [u8; 16],
-    vip: [u8; 16],
+    client: lb_common::Addr,
+    vip: lb_common::Addr,
     client_port_be: u16,
     vip_port_be: u16,
     _pad: u32,

@@ -2,6 +2,7 @@
 //! its TC twin, `node.hook = "tc"`) and writes its maps. A log build of the object (feature `object-log` embeds one) gets
 //! its records relayed to the `log` crate for as long as the data plane lives.
 
+use lb_common::Addr;
 use std::path::{Path, PathBuf};
 
 use aya::{
@@ -742,14 +743,14 @@ impl MapOps for KernelDataplane {
             .map_err(map_error("set", names::VIP_FILTER))
     }
 
-    fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+    fn put_echo_addr(&mut self, addr: Addr) -> Result<(), DataplaneError> {
         self.maps
             .echo
             .insert(AddrKey { addr }, 0, 0)
             .map_err(map_error("insert", names::ECHO_ADDRS))
     }
 
-    fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+    fn delete_echo_addr(&mut self, addr: Addr) -> Result<(), DataplaneError> {
         crate::maps::removed(self.maps.echo.remove(&AddrKey { addr }), names::ECHO_ADDRS)
     }
 }

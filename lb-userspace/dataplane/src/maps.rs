@@ -2,6 +2,7 @@
 //! through [`lb_model::dataplane::MapOps`]) and by `lbctl`, which opens the pinned maps of a running
 //! — or stopped — node to read and explain what it does.
 
+use lb_common::Addr;
 use std::path::Path;
 
 use aya::{
@@ -607,7 +608,7 @@ impl MapRead for MapSet {
             .map_err(map_error("get", names::TABLE_CHUNKS))
     }
 
-    fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError> {
+    fn echo_addrs(&self) -> Result<Vec<Addr>, DataplaneError> {
         self.echo
             .keys()
             .map(|k| k.map(|k| k.addr))

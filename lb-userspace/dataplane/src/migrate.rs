@@ -10,6 +10,7 @@
 //! agents before `LB_NAT_V2` (an LRU of a shorter reply entry, its client side in
 //! conntrack) are translated the same way.
 
+use lb_common::Addr;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{HashMap, Map, MapData};
@@ -273,8 +274,8 @@ fn copy_into<V: aya::Pod>(
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct LegacyNatEntry {
-    client: [u8; 16],
-    vip: [u8; 16],
+    client: Addr,
+    vip: Addr,
     client_port_be: u16,
     vip_port_be: u16,
     _pad: u32,

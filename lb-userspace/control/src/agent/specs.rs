@@ -248,7 +248,7 @@ pub fn global_config(config: &ValidConfig, possible_cpus: u32) -> GlobalConfig {
         node.nat_addresses
             .iter()
             .find(|a| a.is_ipv6() == v6)
-            .map_or([0; 16], |a| lb_model::dataplane::addr16(*a))
+            .map_or(lb_common::Addr::ZERO, |a| lb_model::dataplane::addr16(*a))
     };
     let count = u32::from(node.nat_ports.last) - u32::from(node.nat_ports.first) + 1;
     GlobalConfig {

@@ -23,6 +23,7 @@
 #[cfg(feature = "object")]
 pub mod load;
 
+use lb_common::Addr;
 use std::{
     collections::BTreeSet,
     fmt,
@@ -110,7 +111,7 @@ pub enum SettingsError {
 /// What `lb_decap` is told: the VIPs this host serves and the GUE ports, checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DecapSettings {
-    vips: BTreeSet<[u8; 16]>,
+    vips: BTreeSet<Addr>,
     gue_ports: BTreeSet<u16>,
 }
 
@@ -127,7 +128,7 @@ impl DecapSettings {
         if let Some(&addr) = vips.iter().find(|a| a.is_unspecified() || a.is_multicast()) {
             return Err(SettingsError::NotUnicast { addr });
         }
-        let set: BTreeSet<[u8; 16]> = vips.iter().map(|&a| addr16(a)).collect();
+        let set: BTreeSet<Addr> = vips.iter().map(|&a| addr16(a)).collect();
         if set.len() > MAX_DECAP_VIPS as usize {
             return Err(SettingsError::TooManyVips {
                 count: set.len(),
@@ -175,7 +176,7 @@ impl DecapSettings {
     /// never missing).
     #[must_use]
     pub fn vip_changes(&self, current: &[AddrKey]) -> (Vec<AddrKey>, Vec<AddrKey>) {
-        let have: BTreeSet<[u8; 16]> = current.iter().map(|k| k.addr).collect();
+        let have: BTreeSet<Addr> = current.iter().map(|k| k.addr).collect();
         let add = self
             .vips
             .difference(&have)

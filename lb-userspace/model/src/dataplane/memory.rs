@@ -3,6 +3,7 @@
 //! reconcile that fails part-way leaves behind, or to hold its writes at a gate, so
 //! that they can check what happens while a reconcile is in the middle of them.
 
+use lb_common::Addr;
 use std::{
     collections::HashMap,
     sync::{Arc, Condvar, Mutex, PoisonError},
@@ -39,7 +40,7 @@ pub struct MemoryDataplane {
     /// Table chunks that were written.
     pub chunks: HashMap<u32, TableChunk>,
     /// Addresses whose echo requests are answered.
-    pub echo: std::collections::BTreeSet<[u8; 16]>,
+    pub echo: std::collections::BTreeSet<Addr>,
     /// Flow-table entries (the control plane never writes them; tests may).
     pub flows: HashMap<(FlowTable, FlowKey), FlowEntry>,
     /// `nat` reply entries (likewise).
@@ -184,13 +185,13 @@ impl MapOps for MemoryDataplane {
         Ok(())
     }
 
-    fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+    fn put_echo_addr(&mut self, addr: Addr) -> Result<(), DataplaneError> {
         self.write("put_echo_addr")?;
         self.echo.insert(addr);
         Ok(())
     }
 
-    fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError> {
+    fn delete_echo_addr(&mut self, addr: Addr) -> Result<(), DataplaneError> {
         self.write("delete_echo_addr")?;
         self.echo.remove(&addr);
         Ok(())
@@ -277,7 +278,7 @@ impl MapRead for MemoryDataplane {
         Ok(self.chunks.get(&index).copied().unwrap_or_default())
     }
 
-    fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError> {
+    fn echo_addrs(&self) -> Result<Vec<Addr>, DataplaneError> {
         Ok(self.echo.iter().copied().collect())
     }
 }

@@ -14,8 +14,8 @@ mod traffic;
 use std::net::IpAddr;
 
 use lb_common::{
-    Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, TableChunk, TunnelConfig,
-    VipInfo, VipKey,
+    Addr, Backend, FlowEntry, FlowKey, ForwardingMode, GlobalConfig, NatEntry, TableChunk,
+    TunnelConfig, VipInfo, VipKey,
 };
 pub use programmer::{ApplyReport, Change, Plan, Programmer, Refusal, Removal};
 pub use traffic::{Fill, FlowCounts, ShareTraffic, SweepStats, Traffic};
@@ -102,9 +102,9 @@ pub trait MapOps {
     /// ([`lb_common::maps::vip_filter_slot`]).
     fn put_vip_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError>;
     /// Answers echo requests to `addr` (16-byte form) from XDP.
-    fn put_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError>;
+    fn put_echo_addr(&mut self, addr: Addr) -> Result<(), DataplaneError>;
     /// Stops answering echo requests to `addr`.
-    fn delete_echo_addr(&mut self, addr: [u8; 16]) -> Result<(), DataplaneError>;
+    fn delete_echo_addr(&mut self, addr: Addr) -> Result<(), DataplaneError>;
 }
 
 /// Reading back what is programmed: to adopt the state a previous agent left in pinned
@@ -129,7 +129,7 @@ pub trait MapRead {
     /// One chunk of the table pool.
     fn table_chunk(&self, index: u32) -> Result<TableChunk, DataplaneError>;
     /// Addresses whose echo requests are answered.
-    fn echo_addrs(&self) -> Result<Vec<[u8; 16]>, DataplaneError>;
+    fn echo_addrs(&self) -> Result<Vec<Addr>, DataplaneError>;
 }
 
 /// The data plane's flow tables.
@@ -184,8 +184,8 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// The address a 16-byte data-plane address stands for.
-pub fn from_addr16(addr: [u8; 16]) -> IpAddr {
-    let v6 = std::net::Ipv6Addr::from(addr);
+pub fn from_addr16(addr: Addr) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(addr.octets());
     match v6.to_ipv4_mapped() {
         Some(v4) => IpAddr::V4(v4),
         None => IpAddr::V6(v6),
@@ -215,10 +215,10 @@ pub struct ServiceSpec {
 }
 
 /// 16-byte form of an address as the data plane stores it (IPv4-mapped for IPv4).
-pub fn addr16(addr: IpAddr) -> [u8; 16] {
+pub fn addr16(addr: IpAddr) -> Addr {
     match addr {
-        IpAddr::V4(v4) => lb_common::maps::v4_mapped(v4.octets()),
-        IpAddr::V6(v6) => v6.octets(),
+        IpAddr::V4(v4) => Addr::v4_mapped(v4.octets()),
+        IpAddr::V6(v6) => Addr::from_octets(v6.octets()),
     }
 }
 

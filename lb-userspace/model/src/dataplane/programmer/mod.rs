@@ -13,6 +13,7 @@
 //! (and at which generation), so it neither hands out an id that draining flows still
 //! use as if it were fresh nor repeats a generation.
 
+use lb_common::Addr;
 use std::{
     collections::{BTreeSet, HashMap},
     net::IpAddr,
@@ -98,7 +99,7 @@ pub struct Programmer {
     lists: RegionPool,
     tables: RegionPool,
     /// VIP addresses whose echo requests XDP answers.
-    echo: BTreeSet<[u8; 16]>,
+    echo: BTreeSet<Addr>,
     answer_ping: bool,
     /// Leave services that `apply` is not given alone (see [`Programmer::keep_unlisted`]).
     keep_unlisted: bool,

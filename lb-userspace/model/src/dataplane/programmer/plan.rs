@@ -5,6 +5,7 @@
 //! by [`super::Programmer::apply_plan`] in the order that keeps every packet on a
 //! complete table.
 
+use lb_common::Addr;
 use std::{collections::BTreeSet, net::IpAddr};
 
 use lb_common::{
@@ -157,7 +158,7 @@ impl Programmer {
             removals.sort_by(|a, b| a.name.cmp(&b.name));
             plan.removals = removals;
         }
-        let want: BTreeSet<[u8; 16]> = if self.answer_ping {
+        let want: BTreeSet<Addr> = if self.answer_ping {
             specs
                 .iter()
                 .filter(|s| s.mode != ForwardingMode::L7)

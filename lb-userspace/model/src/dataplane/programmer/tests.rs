@@ -201,7 +201,7 @@ fn ipv6_backends_are_flagged() {
     p.apply(&mut dp, &[s], Instant::now()).expect("apply");
     let b = dp.backends.values().next().expect("one backend");
     assert_eq!(b.flags, BACKEND_F_IPV6);
-    assert_eq!(b.addr, b6.octets());
+    assert_eq!(b.addr.octets(), b6.octets());
 }
 
 #[test]
@@ -456,7 +456,7 @@ fn a_held_flow_never_reaches_another_services_backend_through_id_reuse_or_restar
 /// What the data plane serves, read through the VIP entries only (regions a failed
 /// attempt wrote but never published do not count): per VIP its mode, backends with
 /// ports in list order, and table.
-type Served = std::collections::BTreeMap<[u8; 16], Vec<(u16, u32, Vec<(IpAddr, u16)>, Vec<u16>)>>;
+type Served = std::collections::BTreeMap<Addr, Vec<(u16, u32, Vec<(IpAddr, u16)>, Vec<u16>)>>;
 
 fn served(dp: &MemoryDataplane) -> Served {
     let mut out = Served::new();
