@@ -1,5 +1,6 @@
-//! Checksum helpers for in-place rewrites. The per-word work is done by the kernel's
-//! `bpf_csum_diff` (see `nat.rs`); these finish its 32-bit sums.
+//! Checksum helpers for in-place rewrites (RFC 1624 incremental updates). Sums are
+//! of words as loaded from the packet in native order: one's-complement addition is
+//! the same in either byte order, so a sum stored back in native order is right.
 
 /// Folds a 32-bit one's-complement sum to 16 bits.
 #[inline(always)]
@@ -7,6 +8,28 @@ pub fn fold(mut sum: u32) -> u16 {
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     sum as u16
+}
+
+/// Folds a 64-bit sum of 32-bit one's-complement terms to 16 bits.
+#[inline(always)]
+pub fn fold64(sum: u64) -> u16 {
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    fold(sum as u32)
+}
+
+/// What replacing the 32-bit word `old` by `new` adds to a one's-complement sum
+/// (RFC 1624: `~m + m'`), to be added up in a `u64` and finished by [`fold64`].
+#[inline(always)]
+pub fn word_diff(old: u32, new: u32) -> u64 {
+    u64::from(!old) + u64::from(new)
+}
+
+/// [`word_diff`] over the four words of an address.
+#[inline(always)]
+pub fn addr_diff(old: &lb_common::Addr, new: &lb_common::Addr) -> u64 {
+    let (o, n) = (&old.0, &new.0);
+    word_diff(o[0], n[0]) + word_diff(o[1], n[1]) + word_diff(o[2], n[2]) + word_diff(o[3], n[3])
 }
 
 /// An address's bytes for an IPv4 header field: the last four of the mapped form.

@@ -184,8 +184,8 @@ pub fn resolve(
         (*fib).__bindgen_anon_2.flowinfo = 0;
         if q.ipv6 {
             (*fib).family = AF_INET6;
-            (*fib).__bindgen_anon_3.ipv6_src = q.src.0;
-            (*fib).__bindgen_anon_4.ipv6_dst = q.dst.0;
+            crate::mem::store(&raw mut (*fib).__bindgen_anon_3.ipv6_src, &q.src.0);
+            crate::mem::store(&raw mut (*fib).__bindgen_anon_4.ipv6_dst, &q.dst.0);
         } else {
             (*fib).family = AF_INET;
             (*fib).__bindgen_anon_3.ipv4_src = q.src.v4_word();
@@ -206,9 +206,9 @@ pub fn resolve(
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.
         unsafe {
-            (*hop).addr = *q.dst;
-            (*hop).dmac = fib.dmac;
-            (*hop).smac = fib.smac;
+            crate::mem::store(&raw mut (*hop).addr, q.dst);
+            crate::mem::store(&raw mut (*hop).dmac, &fib.dmac);
+            crate::mem::store(&raw mut (*hop).smac, &fib.smac);
             (*hop).ifindex = fib.ifindex;
             (*hop).mtu = mtu;
             (*hop).expires_ns = now + NEXT_HOP_TTL_NS;

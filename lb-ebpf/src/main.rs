@@ -25,6 +25,7 @@ mod forward;
 mod icmp;
 mod lookup;
 mod maps;
+mod mem;
 mod nat;
 mod parse;
 mod probe;
@@ -151,7 +152,7 @@ pub fn xdp_pass(_ctx: XdpContext) -> u32 {
 /// Parses the packet, finds its VIP and backend, and forwards it.
 #[inline(always)]
 fn steer(ctx: &impl Ctx) -> Verdict {
-    let pkt = match parse::packet::<true>(ctx) {
+    let pkt = match parse::packet(ctx) {
         Ok(pkt) => pkt,
         Err(verdict) => return verdict,
     };
@@ -169,14 +170,14 @@ fn steer(ctx: &impl Ctx) -> Verdict {
     };
     let Some(vip) = vip else {
         if pkt.kind == Kind::Flow && nat::is_nat_addr(&pkt.key.dst, pkt.ipv6) {
-            return to_nat_program(ctx);
+            return nat::hand_over(ctx, &pkt, None);
         }
         return Verdict::pass(Counter::PassNotVip);
     };
     if vip.mode == ForwardingMode::Nat as u32 {
         return match pkt.kind {
             Kind::IcmpError => tail_call(ctx, maps::PROG_NAT_ICMP),
-            _ => to_nat_program(ctx),
+            _ => nat::hand_over(ctx, &pkt, Some(vip)),
         };
     }
     if vip.mode == ForwardingMode::L7 as u32 {
@@ -242,13 +243,6 @@ fn no_choice(why: lookup::NoChoice) -> Verdict {
     })
 }
 
-/// Continues in `lb_nat`. Only returns if the tail call fails (the agent has not
-/// installed `lb_nat`), and then the packet is dropped.
-#[inline(always)]
-fn to_nat_program(ctx: &impl Ctx) -> Verdict {
-    tail_call(ctx, maps::PROG_NAT)
-}
-
 #[inline(always)]
 fn tail_call(ctx: &impl Ctx, index: u32) -> Verdict {
     ctx.tail_call(index);
@@ -291,7 +285,7 @@ pub fn lb_tc_nat_icmp(ctx: TcContext) -> i32 {
 
 #[inline(always)]
 fn steer_nat_icmp(ctx: &impl Ctx) -> Verdict {
-    let pkt = match parse::packet::<true>(ctx) {
+    let pkt = match parse::packet(ctx) {
         Ok(pkt) if pkt.kind == Kind::IcmpError => pkt,
         Ok(_) => return Verdict::pass(Counter::PassNotVip),
         Err(verdict) => return verdict,
@@ -320,8 +314,9 @@ fn steer_nat_icmp(ctx: &impl Ctx) -> Verdict {
         .forwarded_as(Sent::IcmpError)
 }
 
-/// `nat` flows, reached by tail call from `lb_xdp` (which counted the packet in
-/// `Packets`): towards the backend with source NAT, or a reply translated back.
+/// `nat` flows, reached by tail call from `lb_xdp` with the packet as it parsed it and
+/// the VIP it found (`nat::hand_over`): towards the backend with source NAT, or a
+/// reply translated back.
 #[xdp]
 pub fn lb_nat(ctx: XdpContext) -> u32 {
     let verdict = steer_nat(&ctx);
@@ -339,13 +334,11 @@ pub fn lb_tc_nat(ctx: TcContext) -> i32 {
 
 #[inline(always)]
 fn steer_nat(ctx: &impl Ctx) -> Verdict {
-    let mut pkt = match parse::packet::<false>(ctx) {
-        Ok(pkt) if pkt.kind == Kind::Flow => pkt,
-        Ok(_) => return Verdict::pass(Counter::PassNotVip),
-        Err(verdict) => return verdict,
+    let Some((mut pkt, vip)) = nat::take_job(ctx) else {
+        return Verdict::drop(Counter::DropMalformed);
     };
     let now = forward::now();
-    let Some(vip) = lookup::vip(&pkt.key) else {
+    let Some(vip) = vip else {
         return nat_reply(ctx, &mut pkt, now);
     };
     let choice = match nat::flow(vip, &pkt, now) {

@@ -77,6 +77,11 @@ pub static NAT_FLOWS: HashMap<FlowKey, FlowEntry> = HashMap::with_max_entries(NA
 #[map(name = "LB_NAT_SCRATCH")]
 pub static NAT_SCRATCH: PerCpuArray<crate::nat::Scratch> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per-CPU hand-over from `lb_xdp` to `lb_nat`: the packet as parsed and the VIP
+/// found (or that it is a reply), so `lb_nat` neither parses nor looks up again.
+#[map(name = "LB_NAT_JOBS")]
+pub static NAT_JOBS: PerCpuArray<crate::nat::Job> = PerCpuArray::with_max_entries(1, 0);
+
 /// Tail-call targets: `lb_nat` (`nat` flows), `lb_nat_icmp` (ICMP errors about them)
 /// and `lb_tunnel` (`ipip`/`gue` encapsulation), each with a stack frame of its own
 /// (the verifier allows 512 bytes per program, and one program doing everything does

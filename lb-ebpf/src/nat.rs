@@ -21,7 +21,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
-    helpers::{bpf_csum_diff, bpf_get_smp_processor_id, bpf_l3_csum_replace, bpf_l4_csum_replace},
+    helpers::{bpf_get_smp_processor_id, bpf_l3_csum_replace, bpf_l4_csum_replace},
 };
 use lb_common::Addr;
 use lb_common::{
@@ -35,8 +35,10 @@ use crate::{
     Verdict, csum,
     ctx::Ctx,
     lookup::{Choice, NoChoice, entry_for, table_choice, valid},
-    maps::{BACKENDS, CONFIG, NAT, NAT_FLOWS, NAT_SCRATCH},
-    parse::{Ipv4Hdr, Ipv6Hdr, L4Ports, Packet, ptr_at, tcp},
+    maps::{BACKENDS, CONFIG, NAT, NAT_FLOWS, NAT_JOBS, NAT_SCRATCH, PROG_NAT},
+    parse::{
+        ETH_LEN, EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, L4Ports, Packet, ptr_at, tcp,
+    },
     stats::count,
 };
 
@@ -61,6 +63,76 @@ pub struct Scratch {
     pub client: FlowKey,
     /// A reply entry being written.
     pub entry: NatEntry,
+}
+
+/// What `lb_xdp` hands `lb_nat` (through [`NAT_JOBS`]): the packet as parsed, and
+/// the VIP it found, or none for a packet to the NAT address (a reply).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Job {
+    pub key: FlowKey,
+    pub vip: VipInfo,
+    pub ip_len: u16,
+    /// 1 behind an 802.1Q tag.
+    pub vlan: u8,
+    pub ipv6: u8,
+    pub tcp_flags: u8,
+    /// 1 when `vip` holds the VIP, 0 for a reply.
+    pub has_vip: u8,
+    pub _pad: [u8; 2],
+}
+
+/// In `lb_xdp`: hands a TCP/UDP packet to `lb_nat` with its VIP (`None`: a packet to
+/// the NAT address). Returns only if the tail call fails (the agent has not installed
+/// `lb_nat`), and then the packet is dropped.
+#[inline(always)]
+pub fn hand_over(ctx: &impl Ctx, pkt: &Packet, vip: Option<&VipInfo>) -> Verdict {
+    let unavailable = Verdict::drop(Counter::DropNatUnavailable);
+    let Some(job) = NAT_JOBS.get_ptr_mut(0) else {
+        return unavailable;
+    };
+    // SAFETY: this CPU's slot; the tail call below runs on this CPU next, before any
+    // other program could write it.
+    unsafe {
+        crate::mem::store(&raw mut (*job).key, &pkt.key);
+        if let Some(vip) = vip {
+            crate::mem::store(&raw mut (*job).vip, vip);
+        }
+        (*job).has_vip = u8::from(vip.is_some());
+        (*job).ip_len = pkt.ip_len;
+        (*job).vlan = u8::from(pkt.l3 != ETH_LEN);
+        (*job).ipv6 = u8::from(pkt.ipv6);
+        (*job).tcp_flags = pkt.tcp_flags;
+    }
+    ctx.tail_call(PROG_NAT);
+    unavailable
+}
+
+/// In `lb_nat`: the packet `lb_xdp` handed over, and its VIP (`None`: a reply).
+/// `None` only if the frame lost its Ethernet header, which cannot happen.
+#[inline(always)]
+pub fn take_job(ctx: &impl Ctx) -> Option<(Packet, Option<&'static VipInfo>)> {
+    let job = NAT_JOBS.get_ptr(0)?;
+    // SAFETY: this CPU's slot, written by `lb_xdp` just before the tail call; it lives
+    // as long as the map, and nothing writes it during this run.
+    let job: &'static Job = unsafe { &*job };
+    let eth = ptr_at::<EthHdr>(ctx, 0)?;
+    // Offsets rebuilt from what they can be (a link header of 14 or 18 bytes, an IP
+    // header without options), so the verifier knows them as small constants; each
+    // header access is bounds-checked again where it is made.
+    let ipv6 = job.ipv6 != 0;
+    let l3 = if job.vlan != 0 { ETH_LEN + 4 } else { ETH_LEN };
+    let pkt = Packet {
+        eth,
+        key: job.key,
+        ipv6,
+        ip_len: job.ip_len,
+        kind: Kind::Flow,
+        l3,
+        l4: l3 + if ipv6 { IPV6_LEN } else { IPV4_LEN },
+        tcp_flags: job.tcp_flags,
+    };
+    Some((pkt, (job.has_vip != 0).then_some(&job.vip)))
 }
 
 #[inline(always)]
@@ -157,15 +229,14 @@ pub fn backend_port(backend: &Backend, vip_port_be: u16) -> u16 {
 fn set_reply_key(sc: *mut Scratch, backend: &Backend, nat: &Addr, key: &FlowKey, nat_port_be: u16) {
     // SAFETY: the scratch slot of this CPU, valid for this run.
     unsafe {
-        (*sc).reply = FlowKey {
-            src: backend.addr,
-            dst: *nat,
-            src_port_be: backend_port(backend, key.dst_port_be),
-            dst_port_be: nat_port_be,
-            proto: key.proto,
-            _pad: 0,
-            _pad2: 0,
-        };
+        let reply = &raw mut (*sc).reply;
+        crate::mem::store(&raw mut (*reply).src, &backend.addr);
+        crate::mem::store(&raw mut (*reply).dst, nat);
+        (*reply).src_port_be = backend_port(backend, key.dst_port_be);
+        (*reply).dst_port_be = nat_port_be;
+        (*reply).proto = key.proto;
+        (*reply)._pad = 0;
+        (*reply)._pad2 = 0;
     }
 }
 
@@ -577,9 +648,7 @@ fn track_reply(r: *mut NatEntry, pkt: &Packet, now: u64) {
     refresh(cfg, r, protocol, now);
 }
 
-/// The addresses and ports a packet is rewritten to. 8-byte aligned so the IPv4 part
-/// of each address (its last four bytes) is word-aligned for `bpf_csum_diff`.
-#[repr(C, align(8))]
+/// The addresses and ports a packet is rewritten to.
 pub struct Rewrite {
     pub src: Addr,
     pub dst: Addr,
@@ -587,19 +656,31 @@ pub struct Rewrite {
     pub dport_be: u16,
 }
 
-/// `bpf_csum_diff` over `len` bytes at `old` (in the packet) and `new` (on the stack),
-/// continuing the one's-complement sum `seed`.
-///
-/// # Safety
-/// Both pointers must be valid for `len` bytes; `len` a multiple of 4.
+/// What rewriting `key`'s ports to `to`'s adds to a one's-complement sum.
 #[inline(always)]
-unsafe fn diff(old: *const u8, new: *const u8, len: u32, seed: u32) -> u32 {
-    // SAFETY: per the contract; the helper only reads.
-    unsafe { bpf_csum_diff(old as *mut u32, len, new as *mut u32, len, seed) as u32 }
+fn port_diff(key: &FlowKey, to: &Rewrite) -> u64 {
+    csum::word_diff(
+        u32::from(key.src_port_be) | (u32::from(key.dst_port_be) << 16),
+        u32::from(to.sport_be) | (u32::from(to.dport_be) << 16),
+    )
+}
+
+/// What rewriting `key`'s addresses to `to`'s adds to a one's-complement sum (the
+/// IPv4 words alone for IPv4: the mapped prefix is not in the packet).
+#[inline(always)]
+fn addr_diff(key: &FlowKey, to: &Rewrite, ipv6: bool) -> u64 {
+    if ipv6 {
+        csum::addr_diff(&key.src, &to.src) + csum::addr_diff(&key.dst, &to.dst)
+    } else {
+        csum::word_diff(key.src.v4_word(), to.src.v4_word())
+            + csum::word_diff(key.dst.v4_word(), to.dst.v4_word())
+    }
 }
 
 /// Sets the packet's addresses and ports to `to`, updating the IPv4 header checksum and
 /// the TCP/UDP checksum incrementally. False if the headers are not all in the packet.
+/// The packet's current addresses and ports are `pkt.key`'s (it was parsed from these
+/// bytes and nothing has changed them since).
 // Inlined: a BPF-to-BPF call would receive the packet bounds as plain integers, and
 // the verifier rejects the arithmetic the callee does on them.
 #[inline(always)]
@@ -607,7 +688,6 @@ fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
     if C::SKB {
         return rewrite_skb(ctx, pkt, to);
     }
-    let (src, dst, sport_be, dport_be) = (&to.src, &to.dst, to.sport_be, to.dport_be);
     let Some(ports) = ptr_at::<L4Ports>(ctx, pkt.l4) else {
         return false;
     };
@@ -616,52 +696,39 @@ fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
         return false;
     };
     // Checksums are handled in their stored (network) byte order throughout, as the
-    // kernel's own csum helpers do; `bpf_csum_diff` does the per-word work, which in
-    // BPF code would spill every byte of an IPv6 address to the stack.
+    // kernel's own csum helpers do. The old words are the key's, loaded at parse time:
+    // a dozen ALU instructions where `bpf_csum_diff` took five helper calls.
+    let key = &pkt.key;
+    let addrs = addr_diff(key, to, pkt.ipv6);
     // SAFETY: every pointer was bounds-checked by ptr_at; the packet is not resized.
     unsafe {
-        let new_ports = {
-            let (s, d) = (sport_be.to_ne_bytes(), dport_be.to_ne_bytes());
-            [s[0], s[1], d[0], d[1]]
-        };
         let old_check = u16::from_ne_bytes(*check);
-        let mut l4 = u32::from(!old_check);
-        l4 = diff(ports.cast(), new_ports.as_ptr(), 4, l4);
+        let l4 = u64::from(!old_check) + port_diff(key, to) + addrs;
         if pkt.ipv6 {
             let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            l4 = diff((*ip).src.as_ptr(), src.as_octets().as_ptr(), 16, l4);
-            l4 = diff((*ip).dst.as_ptr(), dst.as_octets().as_ptr(), 16, l4);
-            (*ip).src = src.octets();
-            (*ip).dst = dst.octets();
+            (*ip).src = to.src.octets();
+            (*ip).dst = to.dst.octets();
         } else {
             let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            let (src4, dst4) = (
-                src.as_octets().as_ptr().add(12),
-                dst.as_octets().as_ptr().add(12),
-            );
-            let mut l3 = u32::from(!u16::from_ne_bytes((*ip).check));
-            l3 = diff((*ip).src.as_ptr(), src4, 4, l3);
-            l3 = diff((*ip).dst.as_ptr(), dst4, 4, l3);
-            (*ip).check = (!csum::fold(l3)).to_ne_bytes();
-            l4 = diff((*ip).src.as_ptr(), src4, 4, l4);
-            l4 = diff((*ip).dst.as_ptr(), dst4, 4, l4);
-            (*ip).src = csum::v4_of(src);
-            (*ip).dst = csum::v4_of(dst);
+            let l3 = u64::from(!u16::from_ne_bytes((*ip).check)) + addrs;
+            (*ip).check = (!csum::fold64(l3)).to_ne_bytes();
+            (*ip).src = csum::v4_of(&to.src);
+            (*ip).dst = csum::v4_of(&to.dst);
         }
-        let udp_without_checksum = !pkt.ipv6 && pkt.key.proto == proto::UDP && old_check == 0;
+        let udp_without_checksum = !pkt.ipv6 && key.proto == proto::UDP && old_check == 0;
         if !udp_without_checksum {
-            let mut new = !csum::fold(l4);
-            if pkt.key.proto == proto::UDP && new == 0 {
+            let mut new = !csum::fold64(l4);
+            if key.proto == proto::UDP && new == 0 {
                 new = 0xffff;
             }
             *check = new.to_ne_bytes();
         }
-        (*ports).src = sport_be.to_ne_bytes();
-        (*ports).dst = dport_be.to_ne_bytes();
+        (*ports).src = to.sport_be.to_ne_bytes();
+        (*ports).dst = to.dport_be.to_ne_bytes();
     }
     true
 }
@@ -685,37 +752,26 @@ fn rewrite_skb<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
     } else {
         0
     };
+    // Differences as sums of 16 bits, which the helpers take as any other checksum.
+    let port_diff = u32::from(csum::fold64(port_diff(&pkt.key, to)));
+    let addr_diff = u32::from(csum::fold64(addr_diff(&pkt.key, to, pkt.ipv6)));
     // SAFETY: every pointer was bounds-checked by ptr_at; the helpers come after the
     // last access through one.
     unsafe {
-        let new_ports = {
-            let (s, d) = (to.sport_be.to_ne_bytes(), to.dport_be.to_ne_bytes());
-            [s[0], s[1], d[0], d[1]]
-        };
-        let port_diff = diff(ports.cast(), new_ports.as_ptr(), 4, 0);
-        let (addr_diff, ip_check_at) = if pkt.ipv6 {
+        let ip_check_at = if pkt.ipv6 {
             let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            // Source and destination follow each other in the header and in `to`.
-            let new = (to as *const Rewrite).cast::<u8>();
-            let d = diff((*ip).src.as_ptr(), new, 32, 0);
             (*ip).src = to.src.octets();
             (*ip).dst = to.dst.octets();
-            (d, None)
+            None
         } else {
             let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            let (src4, dst4) = (
-                to.src.as_octets().as_ptr().add(12),
-                to.dst.as_octets().as_ptr().add(12),
-            );
-            let mut d = diff((*ip).src.as_ptr(), src4, 4, 0);
-            d = diff((*ip).dst.as_ptr(), dst4, 4, d);
             (*ip).src = csum::v4_of(&to.src);
             (*ip).dst = csum::v4_of(&to.dst);
-            (d, Some(pkt.l3 + 10))
+            Some(pkt.l3 + 10)
         };
         (*ports).src = to.sport_be.to_ne_bytes();
         (*ports).dst = to.dport_be.to_ne_bytes();

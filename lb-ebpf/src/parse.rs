@@ -90,7 +90,7 @@ pub mod tcp {
     pub const ACK: u8 = 0x10;
 }
 
-const ETH_LEN: usize = size_of::<EthHdr>();
+pub const ETH_LEN: usize = size_of::<EthHdr>();
 const VLAN_LEN: usize = size_of::<VlanTag>();
 pub const IPV4_LEN: usize = size_of::<Ipv4Hdr>();
 pub const IPV6_LEN: usize = size_of::<Ipv6Hdr>();
@@ -183,14 +183,13 @@ fn l4_min_len(proto: u8) -> Option<u16> {
     }
 }
 
-/// Parses Ethernet (+ one 802.1Q tag) → IPv4 or IPv6 → TCP/UDP ports, and with `ICMP`
-/// the ICMP messages we act on (without, ICMP passes as not ours: the `nat` program
-/// only handles TCP/UDP and must fit its own stack frame).
+/// Parses Ethernet (+ one 802.1Q tag) → IPv4 or IPv6 → TCP/UDP ports, and the ICMP
+/// messages we act on.
 ///
 /// # Errors
 /// The verdict for anything else (see the module policy).
 #[inline(always)]
-pub fn packet<const ICMP: bool>(ctx: &impl Ctx) -> Result<Packet, Verdict> {
+pub fn packet(ctx: &impl Ctx) -> Result<Packet, Verdict> {
     let malformed = Verdict::drop(Counter::DropMalformed);
     let eth: *mut EthHdr = ptr_at(ctx, 0).ok_or(malformed)?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
@@ -204,21 +203,16 @@ pub fn packet<const ICMP: bool>(ctx: &impl Ctx) -> Result<Packet, Verdict> {
     }
     let frame_len = ctx.len();
     if ether_type == ETH_P_IPV4 {
-        ipv4::<ICMP>(ctx, eth, l3, frame_len)
+        ipv4(ctx, eth, l3, frame_len)
     } else if ether_type == ETH_P_IPV6 {
-        ipv6::<ICMP>(ctx, eth, l3, frame_len)
+        ipv6(ctx, eth, l3, frame_len)
     } else {
         Err(Verdict::pass(Counter::PassNotIp))
     }
 }
 
 #[inline(always)]
-fn ipv4<const ICMP: bool>(
-    ctx: &impl Ctx,
-    eth: *mut EthHdr,
-    l3: usize,
-    frame_len: usize,
-) -> Result<Packet, Verdict> {
+fn ipv4(ctx: &impl Ctx, eth: *mut EthHdr, l3: usize, frame_len: usize) -> Result<Packet, Verdict> {
     let malformed = Verdict::drop(Counter::DropMalformed);
     let ip: *const Ipv4Hdr = ptr_at(ctx, l3).ok_or(malformed)?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
@@ -238,7 +232,7 @@ fn ipv4<const ICMP: bool>(
         return Err(malformed);
     }
     let tot_len = u16::from_be_bytes(ip.tot_len);
-    if ICMP && ip.proto == proto::ICMP {
+    if ip.proto == proto::ICMP {
         if tot_len < (IPV4_LEN + crate::icmp::ICMP_LEN) as u16 || l3 + tot_len as usize > frame_len
         {
             return Err(malformed);
@@ -271,12 +265,7 @@ fn ipv4<const ICMP: bool>(
 }
 
 #[inline(always)]
-fn ipv6<const ICMP: bool>(
-    ctx: &impl Ctx,
-    eth: *mut EthHdr,
-    l3: usize,
-    frame_len: usize,
-) -> Result<Packet, Verdict> {
+fn ipv6(ctx: &impl Ctx, eth: *mut EthHdr, l3: usize, frame_len: usize) -> Result<Packet, Verdict> {
     let malformed = Verdict::drop(Counter::DropMalformed);
     let ip: *const Ipv6Hdr = ptr_at(ctx, l3).ok_or(malformed)?;
     // SAFETY: ptr_at checked that the header lies inside the packet.
@@ -285,7 +274,7 @@ fn ipv6<const ICMP: bool>(
         return Err(malformed);
     }
     let payload_len = u16::from_be_bytes(ip.payload_len);
-    if ICMP && ip.next_hdr == proto::ICMPV6 {
+    if ip.next_hdr == proto::ICMPV6 {
         if payload_len < crate::icmp::ICMP_LEN as u16
             || l3 + IPV6_LEN + payload_len as usize > frame_len
         {

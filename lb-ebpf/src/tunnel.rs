@@ -84,7 +84,7 @@ pub fn hand_over(ctx: &impl Ctx, pkt: &Packet, choice: &Choice, vip: &VipInfo) -
     };
     // SAFETY: this CPU's slot; the tail call below runs on this CPU next.
     unsafe {
-        (*job).key = pkt.key;
+        crate::mem::store(&raw mut (*job).key, &pkt.key);
         (*job).backend_id = choice.backend_id;
         (*job).service_id = vip.service_id;
         (*job).l3 = pkt.l3 as u16;
