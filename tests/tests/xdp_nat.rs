@@ -8,9 +8,10 @@ use lb_model::{dataplane::ServiceSpec, dataplane::vip_key};
 use lb_testbed::{
     fixture::{
         CLIENT_ADDR, CLIENT_ADDR6, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, Outcome,
-        XdpRig, action, backend, backend6,
+        ROUTED_V4, ROUTED_V6, XdpRig, action, backend, backend6,
     },
     packet::{Packet, TCP, UDP, checksum},
+    rng::{self, RngExt},
 };
 
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
@@ -50,8 +51,15 @@ fn rig() -> XdpRig {
 
 fn run(rig: &mut XdpRig, packet: &[u8], want: u32, reason: Counter) -> Outcome {
     let before = rig.counter(reason);
+    let all: Vec<u64> = Counter::ALL.iter().map(|c| rig.counter(*c)).collect();
     let out = rig.run(packet);
-    assert_eq!(out.action, want, "action");
+    let moved: Vec<&str> = Counter::ALL
+        .iter()
+        .zip(all)
+        .filter(|(c, n)| rig.counter(**c) != *n)
+        .map(|(c, _)| c.name())
+        .collect();
+    assert_eq!(out.action, want, "action (counted {moved:?})");
     assert_eq!(rig.counter(reason), before + 1, "counter {}", reason.name());
     out
 }
@@ -419,6 +427,81 @@ fn backends_on_their_own_port_are_reached_and_answer_from_the_vip_port() {
     });
 }
 
+/// Checksums are updated incrementally (RFC 1624) from the words of the flow key; this
+/// draws clients (behind the fixture's router, so replies have a route back), ports
+/// and payloads at random (v4/v6, TCP/UDP) and verifies every
+/// checksum of the translation both ways from scratch, so a slip in the one's-complement
+/// arithmetic (a carry, a byte order, the two zeros) shows on some packet.
+fn checksums_hold_for_random_flows_both_ways() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(0x5eed);
+        rig.set_nat(30000, 20000);
+        let backends4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
+        let backends6: Vec<IpAddr> = (0..3).map(|i| backend6(i).0).collect();
+        rig.program(nat_svc(VIP.into(), 80, TCP, backends4.clone()));
+        rig.program(nat_svc(VIP.into(), 53, UDP, backends4));
+        rig.program(nat_svc(VIP6.into(), 443, TCP, backends6.clone()));
+        rig.program(nat_svc(VIP6.into(), 53, UDP, backends6));
+        let mut rng = rng::seeded("checksums_hold_for_random_flows_both_ways");
+        for i in 0..400u32 {
+            let (v6, proto) = (i % 2 == 1, if i % 4 < 2 { TCP } else { UDP });
+            let payload: Vec<u8> = (0..rng.random_range(0..80)).map(|_| rng.random()).collect();
+            let sport = rng.random_range(1024..=u16::MAX);
+            let vport = if proto == TCP {
+                if v6 { 443 } else { 80 }
+            } else {
+                53
+            };
+            let (out, reply) = if v6 {
+                let [a, b, c, d, ..] = ROUTED_V6.segments();
+                let (e, f, g, h) = (rng.random(), rng.random(), rng.random(), rng.random());
+                let client = Ipv6Addr::new(a, b, c, d, e, f, g, h);
+                let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x86dd);
+                let p = if proto == TCP {
+                    Packet::tcp6(eth, client, sport, VIP6, vport, &payload)
+                } else {
+                    Packet::udp6(eth, client, sport, VIP6, vport, &payload)
+                };
+                let out = run(&mut rig, &p.bytes, action::TX, Counter::Tx);
+                assert_checksums_valid(&out.bytes);
+                let mut to = [0u8; 16];
+                to.copy_from_slice(&out.bytes[38..54]);
+                let nat_port = port_at(&out.bytes, 54);
+                let eth = Packet::eth(HOST_MAC, [2, 0, 0, 0, 0, 0x99], 0x86dd);
+                let back = if proto == TCP {
+                    Packet::tcp6(eth, to.into(), vport, NAT_ADDR6, nat_port, &payload)
+                } else {
+                    Packet::udp6(eth, to.into(), vport, NAT_ADDR6, nat_port, &payload)
+                };
+                (out, back)
+            } else {
+                let client = Ipv4Addr::from(ROUTED_V4.to_bits() | rng.random_range(1..255));
+                let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+                let p = if proto == TCP {
+                    Packet::tcp4(eth, client, sport, VIP, vport, &payload)
+                } else {
+                    Packet::udp4(eth, client, sport, VIP, vport, &payload)
+                };
+                let out = run(&mut rig, &p.bytes, action::TX, Counter::Tx);
+                assert_checksums_valid(&out.bytes);
+                let to = Ipv4Addr::new(out.bytes[30], out.bytes[31], out.bytes[32], out.bytes[33]);
+                let nat_port = port_at(&out.bytes, 34);
+                let eth = Packet::eth(HOST_MAC, [2, 0, 0, 0, 0, 0x99], 0x0800);
+                let back = if proto == TCP {
+                    Packet::tcp4(eth, to, vport, NAT_ADDR, nat_port, &payload)
+                } else {
+                    Packet::udp4(eth, to, vport, NAT_ADDR, nat_port, &payload)
+                };
+                (out, back)
+            };
+            drop(out);
+            let back = run(&mut rig, &reply.bytes, action::TX, Counter::TxNatReply);
+            assert_checksums_valid(&back.bytes);
+        }
+    });
+}
+
 lb_testbed::hook_tests!(
     ipv4_tcp_round_trip,
     ipv6_tcp_round_trip,
@@ -426,4 +509,5 @@ lb_testbed::hook_tests!(
     exhausted_port_range_drops_new_flows_only,
     icmp_errors_about_nat_replies_reach_the_backend_translated,
     backends_on_their_own_port_are_reached_and_answer_from_the_vip_port,
+    checksums_hold_for_random_flows_both_ways,
 );
