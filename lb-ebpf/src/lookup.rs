@@ -175,16 +175,26 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoCho
         }
     }
     let syn = may_open && key.proto == proto::TCP;
-    // A SYN skips the half-open lookup: its insert below finds a retransmission's entry.
+    // A SYN looks the half-open table up too: a retransmission keeps its first choice
+    // (unless that backend stopped taking new flows, or the entry is not its own any
+    // more) for one lookup, where a failed insert would cost an LRU pop and push
+    // besides; for a new 5-tuple the insert below reads the same bucket, warm now.
     // SAFETY: as in `vip`.
-    if !syn && let Some(entry) = unsafe { EMBRYONIC.get(key) } {
+    let mut stale = false;
+    if let Some(entry) = unsafe { EMBRYONIC.get(key) } {
         let entry = *entry;
-        if let Some(backend) = valid(vip, &entry) {
-            // The flow's second packet: it is established now.
-            let _ = CONNTRACK.insert(key, entry, 0);
-            let _ = EMBRYONIC.remove(key);
-            count(Counter::EmbryonicPromoted);
-            return Ok(Choice::pinned(entry.backend_id, backend));
+        match valid(vip, &entry) {
+            Some(backend) if !syn => {
+                // The flow's second packet: it is established now.
+                let _ = CONNTRACK.insert(key, entry, 0);
+                let _ = EMBRYONIC.remove(key);
+                count(Counter::EmbryonicPromoted);
+                return Ok(Choice::pinned(entry.backend_id, backend));
+            }
+            Some(backend) if backend.flags & BACKEND_F_NO_NEW == 0 => {
+                return Ok(Choice::pinned(entry.backend_id, backend));
+            }
+            _ => stale = true,
         }
     }
     let backend_id = table_choice(vip, key).ok_or(NoChoice::NoBackend)?;
@@ -194,11 +204,11 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoCho
         return Ok(Choice::pinned(backend_id, backend));
     }
     let entry = entry_for(vip, backend_id, backend, 0);
-    if EMBRYONIC
-        .insert(key, entry, u64::from(BPF_NOEXIST))
-        .is_err()
-    {
-        // A SYN already seen: a retransmission keeps the first choice (unless that
+    // A stale entry is replaced; otherwise another CPU may have inserted this flow
+    // since the lookup, and its choice stands.
+    let flags = if stale { 0 } else { u64::from(BPF_NOEXIST) };
+    if EMBRYONIC.insert(key, entry, flags).is_err() {
+        // Inserted by another CPU since the lookup: its choice stands (unless that
         // backend stopped taking new flows, or the entry is not its own any more).
         // SAFETY: as in `vip`.
         if let Some(first) = unsafe { EMBRYONIC.get(key) } {
