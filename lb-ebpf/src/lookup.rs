@@ -11,7 +11,7 @@ use lb_common::{
 use crate::{
     maps::{
         BACKENDS, CONFIG, CONNTRACK, ECHO_ADDRS, EMBRYONIC, SERVICE_BACKENDS, TABLE_CHUNKS_MAP,
-        VIPS,
+        VIP_SLOTS, VIPS,
     },
     stats::count,
 };
@@ -76,7 +76,7 @@ pub fn valid(vip: &VipInfo, entry: &FlowEntry) -> Option<&'static Backend> {
 }
 
 /// The service owning this flow's (destination, port, protocol), trying the exact port
-/// first and then an all-ports entry.
+/// first (its cache slot, then the VIP map) and then an all-ports entry.
 #[inline(always)]
 pub fn vip(key: &FlowKey) -> Option<&'static VipInfo> {
     let mut vip = VipKey {
@@ -86,6 +86,13 @@ pub fn vip(key: &FlowKey) -> Option<&'static VipInfo> {
         _pad: 0,
         _pad2: 0,
     };
+    if let Some(slot) = VIP_SLOTS.get(lb_common::maps::vip_slot(&vip))
+        && slot.key.addr == vip.addr
+        && slot.key.port_be == vip.port_be
+        && slot.key.proto == vip.proto
+    {
+        return Some(&slot.info);
+    }
     // SAFETY: values are plain data that userspace replaces whole; an update swaps the
     // element, so the reference stays valid for this program run.
     if let Some(info) = unsafe { VIPS.get(vip) } {

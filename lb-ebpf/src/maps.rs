@@ -19,6 +19,11 @@ use lb_common::{
 pub static VIPS: HashMap<VipKey, VipInfo> = HashMap::with_max_entries(MAX_SERVICES, 0);
 
 /// Backends by id.
+/// A direct-mapped copy of [`VIPS`] written by the agent (see `lb_common::VipSlot`).
+#[map(name = "LB_VIP_SLOTS_V1")]
+pub static VIP_SLOTS: Array<lb_common::maps::VipSlot> =
+    Array::with_max_entries(lb_common::maps::VIP_SLOTS, 0);
+
 #[map(name = "LB_BACKENDS_V2")]
 pub static BACKENDS: Array<Backend> = Array::with_max_entries(MAX_BACKENDS, 0);
 

@@ -682,7 +682,53 @@ fn the_vip_prefilter_is_only_a_maybe() {
     });
 }
 
+/// The VIP cache (a direct-mapped copy of the VIP map the agent keeps) is only ever a
+/// hit or a miss: two VIPs sharing a slot both reach their own service, whichever holds
+/// the slot; a VIP that leaves passes again while its slot-mate keeps its traffic; and
+/// a service's new backends take effect through the slot.
+fn vip_cache_slots_never_answer_wrongly() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let mut rig = XdpRig::load(SEED);
+        let key_of = |a: Ipv4Addr| vip_key(IpAddr::V4(a), 80, TCP);
+        let slot = lb_common::maps::vip_slot(&key_of(VIP));
+        let twin = (1..=u32::from(u16::MAX))
+            .map(|n| Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + n))
+            .find(|a| lb_common::maps::vip_slot(&key_of(*a)) == slot)
+            .expect("a VIP sharing the slot of VIP");
+        let one = |i: u8| vec![backend(i).0];
+        let reaches = |rig: &mut XdpRig, vip: Ipv4Addr, sport: u16, to: IpAddr| {
+            let p = Packet::tcp4(eth(), CLIENT, sport, vip, 80, b"x").bytes;
+            let out = run_expect(rig, &p, action::TX, Counter::Tx);
+            assert_forwarded_to(&out, &p, to);
+        };
+        // Another port on each address keeps its prefilter bit set throughout, so the
+        // slots, not the prefilter, answer for the VIPs that leave.
+        rig.program(svc_at(VIP.into(), 53, UDP, &one(0)));
+        rig.program(svc_at(twin.into(), 53, UDP, &one(0)));
+        rig.program(svc_at(VIP.into(), 80, TCP, &one(0)));
+        rig.program(svc_at(twin.into(), 80, TCP, &one(1)));
+        // The twin's entry took the slot last; VIP is found in the VIP map.
+        reaches(&mut rig, VIP, 40001, backend(0).0);
+        reaches(&mut rig, twin, 40002, backend(1).0);
+        // VIP's service changes: its new entry takes the slot, the twin goes to the map.
+        rig.program(svc_at(VIP.into(), 80, TCP, &one(2)));
+        reaches(&mut rig, VIP, 40003, backend(2).0);
+        reaches(&mut rig, twin, 40004, backend(1).0);
+        // The holder of the slot leaves: its traffic passes, the twin's still arrives.
+        rig.remove(&key_of(VIP));
+        let p = Packet::tcp4(eth(), CLIENT, 40005, VIP, 80, b"x").bytes;
+        let out = run_expect(&mut rig, &p, action::PASS, Counter::PassNotVip);
+        assert_eq!(out.bytes, p);
+        reaches(&mut rig, twin, 40006, backend(1).0);
+        rig.remove(&key_of(twin));
+        let p = Packet::tcp4(eth(), CLIENT, 40007, twin, 80, b"x").bytes;
+        run_expect(&mut rig, &p, action::PASS, Counter::PassNotVip);
+    });
+}
+
 lb_testbed::hook_tests!(
+    vip_cache_slots_never_answer_wrongly,
     the_vip_prefilter_is_only_a_maybe,
     ipv4_tcp_and_udp_go_to_the_table_choice,
     ipv6_tcp_and_udp_go_to_the_table_choice,

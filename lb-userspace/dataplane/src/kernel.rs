@@ -151,6 +151,9 @@ pub struct KernelDataplane {
     hook: Hook,
     link: Attachment,
     maps: MapSet,
+    /// The VIP cache, kept with every VIP map write (see `vipslots.rs`); `None` for an
+    /// object without one.
+    vip_slots: Option<crate::vipslots::VipSlots>,
     /// Pinned flow tables of another shape, copied into this program's maps (see
     /// [`KernelDataplane::finish_migration`]).
     migration: Option<crate::migrate::Migration>,
@@ -286,6 +289,9 @@ impl KernelDataplane {
                 .map_err(map_error("set", hp.progs))?;
         }
         let mut maps = MapSet::take(&mut ebpf)?;
+        let vips = maps.vips.iter().collect::<Result<Vec<_>, _>>();
+        let vips = vips.map_err(map_error("iterate", names::VIPS))?;
+        let vip_slots = crate::vipslots::VipSlots::take(&mut ebpf, vips)?;
         if let Some(m) = &migration {
             let copied = m.copy(&mut maps)?;
             tracing::info!(
@@ -295,6 +301,7 @@ impl KernelDataplane {
         }
         Ok(Self {
             maps,
+            vip_slots,
             _progs: progs,
             _log_relay: log_relay,
             ebpf,
@@ -708,10 +715,17 @@ impl MapOps for KernelDataplane {
         self.maps
             .vips
             .insert(key, info, 0)
-            .map_err(map_error("insert", names::VIPS))
+            .map_err(map_error("insert", names::VIPS))?;
+        match &mut self.vip_slots {
+            Some(slots) => slots.put(key, info),
+            None => Ok(()),
+        }
     }
 
     fn delete_vip(&mut self, key: &VipKey) -> Result<(), DataplaneError> {
+        if let Some(slots) = &mut self.vip_slots {
+            slots.forget(key)?;
+        }
         crate::maps::removed(self.maps.vips.remove(key), names::VIPS)
     }
 

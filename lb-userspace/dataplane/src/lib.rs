@@ -28,6 +28,8 @@ pub mod route;
 pub mod sysctl;
 #[cfg(feature = "object")]
 pub mod tcx;
+#[cfg(feature = "object")]
+pub mod vipslots;
 
 /// The kernel's possible CPUs (what per-CPU maps are sized for), or 1 if unknown: the
 /// NAT port range is split into that many slices.
