@@ -6,6 +6,9 @@
 //! keep-alive) and HAProxy (`http-reuse always`), each with the same number of
 //! workers. wrk drives each in turn, rounds alternating so drift hits all alike;
 //! requests/s and p99 latency are reported with our ratios, medians over the rounds.
+//! Then the same over h2c (HTTP/2 with prior knowledge, the backend side staying
+//! HTTP/1.1), driven by h2load: our proxy's port takes h2c beside HTTP/1.1, nginx
+//! listens with `http2` on a cleartext port, HAProxy binds with `proto h2`.
 //!
 //! The proxy runs under a counting allocator, and wrk and the backend are other
 //! processes, so the allocation figures per request are the proxy's alone: for the
@@ -47,6 +50,9 @@ struct Options {
     rounds: usize,
     /// Paired on/off runs for the access log's cost.
     pairs: usize,
+    /// h2load's concurrent streams per connection (its connections are
+    /// `connections / 2`, so that streams in flight stay near wrk's).
+    streams: usize,
 }
 
 fn options() -> Result<Options, String> {
@@ -56,6 +62,7 @@ fn options() -> Result<Options, String> {
         seconds: 5,
         rounds: 3,
         pairs: 10,
+        streams: 4,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -70,9 +77,10 @@ fn options() -> Result<Options, String> {
             "--seconds" => o.seconds = value("--seconds")? as u64,
             "--rounds" => o.rounds = value("--rounds")?,
             "--pairs" => o.pairs = value("--pairs")?,
+            "--streams" => o.streams = value("--streams")?,
             other => {
                 return Err(format!(
-                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N --pairs N)"
+                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N --pairs N --streams N)"
                 ));
             }
         }
@@ -220,6 +228,67 @@ fn wrk(opts: &Options, url: &str, seconds: u64) -> Result<Run, String> {
     Ok(run)
 }
 
+/// One h2load run over h2c (prior knowledge) for `seconds`: requests/s from its
+/// summary, p99 from its per-request log (h2load prints no percentiles), errors as
+/// the requests that failed, errored, timed out or had no 2xx.
+fn h2load(opts: &Options, url: &str, seconds: u64, log: &Path) -> Result<Run, String> {
+    let clients = (opts.connections / 2).max(opts.workers);
+    let out = Command::new("h2load")
+        .args([
+            "-t",
+            &opts.workers.to_string(),
+            "-c",
+            &clients.to_string(),
+            "-m",
+            &opts.streams.to_string(),
+            "-D",
+            &seconds.to_string(),
+            "--log-file",
+            &log.display().to_string(),
+            url,
+        ])
+        .output()
+        .map_err(|e| format!("running h2load: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut run = Run::default();
+    for line in text.lines().map(str::trim) {
+        let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        match words.as_slice() {
+            ["finished", "in", _, rps, "req/s", ..] => run.rps = rps.parse().unwrap_or(0.0),
+            ["requests:", total, "total", ..] => {
+                run.requests = total.parse().unwrap_or(0);
+                // "N failed, N errored, N timeout"
+                for pair in words.windows(2) {
+                    if matches!(pair[1], "failed" | "errored" | "timeout") {
+                        run.errors += pair[0].parse::<u64>().unwrap_or(0);
+                    }
+                }
+            }
+            ["status", "codes:", ok, "2xx", ..] => {
+                let ok: u64 = ok.parse().unwrap_or(0);
+                run.errors += run.requests.saturating_sub(ok + run.errors);
+            }
+            _ => {}
+        }
+    }
+    // Tab-separated: start (µs since the epoch), status, µs to the response's end.
+    let logged = std::fs::read_to_string(log).unwrap_or_default();
+    let mut micros: Vec<f64> = logged
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse().ok())
+        .collect();
+    let _ = std::fs::remove_file(log);
+    if run.rps == 0.0 || micros.is_empty() {
+        return Err(format!(
+            "h2load {url}: no result\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    micros.sort_by(f64::total_cmp);
+    run.p99_ms = micros[(micros.len() * 99 / 100).min(micros.len() - 1)] / 1000.0;
+    Ok(run)
+}
+
 fn millis(v: &str) -> f64 {
     let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
     let n: f64 = num.parse().unwrap_or(0.0);
@@ -263,6 +332,8 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
             "worker_processes {w};\nerror_log stderr error;\npid proxy.pid;\nevents {{ worker_connections 4096; }}\n\
              http {{ access_log off; upstream b {{ server {BACKEND}; keepalive 256; }} \
              server {{ listen {FRONT}:81; keepalive_requests 1000000; location / {{ proxy_pass http://b; proxy_http_version 1.1; \
+             proxy_set_header Connection \"\"; proxy_set_header Host $host; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; }} }} \
+             server {{ listen {FRONT}:83 http2; keepalive_requests 1000000; location / {{ proxy_pass http://b; proxy_http_version 1.1; \
              proxy_set_header Connection \"\"; proxy_set_header Host $host; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; }} }} }}\n"
         ),
     )?;
@@ -272,6 +343,7 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         format!(
             "global\n  nbthread {w}\n  maxconn 4096\ndefaults\n  mode http\n  option forwardfor\n  http-reuse always\n  \
              timeout connect 2s\n  timeout client 60s\n  timeout server 60s\nfrontend f\n  bind {FRONT}:82\n  default_backend b\n\
+             frontend f2\n  bind {FRONT}:84 proto h2\n  default_backend b\n\
              backend b\n  server s1 {BACKEND}\n"
         ),
     )
@@ -317,7 +389,7 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
     if !errors.is_empty() {
         return Err(format!("{errors:?}"));
     }
-    for port in [80, 81, 82, 86, 87, 88, 89] {
+    for port in [80, 81, 82, 83, 84, 86, 87, 88, 89] {
         wait_for(&format!("{FRONT}:{port}"))?;
     }
     wait_for(BACKEND)?;
@@ -389,6 +461,60 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         per_round.join("  ")
     );
 
+    // h2c, the same way: a warm-up of each, then alternating rounds.
+    let h2_targets = [
+        ("lbd l7 proxy", 80),
+        ("nginx 1.22", 83),
+        ("HAProxy 2.6", 84),
+    ];
+    let h2_log = dir.join("h2load.log");
+    let mut h2_runs: Vec<Vec<Run>> = vec![Vec::new(); h2_targets.len()];
+    for (_, port) in h2_targets {
+        h2load(opts, &format!("http://{FRONT}:{port}/"), 1, &h2_log)?;
+    }
+    for _ in 0..opts.rounds {
+        for (i, (_, port)) in h2_targets.iter().enumerate() {
+            h2_runs[i].push(h2load(
+                opts,
+                &format!("http://{FRONT}:{port}/"),
+                opts.seconds,
+                &h2_log,
+            )?);
+        }
+    }
+    let h2_rps: Vec<f64> = h2_runs
+        .iter()
+        .map(|r| median(r.iter().map(|x| x.rps).collect()))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nh2c under h2load ({} threads, {} connections × {} streams, {} s × {} rounds, medians; p99 from h2load's per-request log)",
+        opts.workers,
+        (opts.connections / 2).max(opts.workers),
+        opts.streams,
+        opts.seconds,
+        opts.rounds
+    );
+    let _ = writeln!(
+        out,
+        "{:<22} {:>12} {:>10} {:>14} {:>8}",
+        "proxy", "requests/s", "p99 ms", "ours ÷ theirs", "errors"
+    );
+    for (i, (name, _)) in h2_targets.iter().enumerate() {
+        let errors: u64 = h2_runs[i].iter().map(|r| r.errors).sum();
+        let p99 = median(h2_runs[i].iter().map(|x| x.p99_ms).collect());
+        let ratio = if i == 0 {
+            String::from("-")
+        } else {
+            format!("{:.2}×", h2_rps[0] / h2_rps[i])
+        };
+        let _ = writeln!(
+            out,
+            "{name:<22} {:>12.0} {p99:>10.2} {ratio:>14} {errors:>8}",
+            h2_rps[i]
+        );
+    }
+
     // The access log's cost, in pairs of short runs back to back (order alternating),
     // so drift between runs cancels; the median of the per-pair ratios.
     let mut ratios = Vec::with_capacity(opts.pairs);
@@ -421,11 +547,12 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         "{:<34} {:>12} {:>12} {:>10}",
         "route", "allocs/req", "bytes/req", "requests"
     );
-    for (name, port, label) in [
-        ("plain", 80, "proxy to backend"),
-        ("inline", 87, "status(200) -> inlineContent"),
-        ("setquery", 88, "setQuery -> backend"),
-        ("redirect", 89, "redirectTo(308)"),
+    for (name, port, label, h2) in [
+        ("plain", 80, "proxy to backend", false),
+        ("plain", 80, "proxy to backend, h2c client", true),
+        ("inline", 87, "status(200) -> inlineContent", false),
+        ("setquery", 88, "setQuery -> backend", false),
+        ("redirect", 89, "redirectTo(308)", false),
     ] {
         let stats = proxy.service(name).ok_or("service missing")?;
         let served = || {
@@ -437,7 +564,12 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
                 .sum::<u64>()
         };
         let (a0, b0, r0) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed), served());
-        wrk(opts, &format!("http://{FRONT}:{port}/some/path?x=1"), 2)?;
+        let url = format!("http://{FRONT}:{port}/some/path?x=1");
+        if h2 {
+            h2load(opts, &url, 2, &h2_log)?;
+        } else {
+            wrk(opts, &url, 2)?;
+        }
         let (a1, b1, r1) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed), served());
         let n = (r1 - r0).max(1);
         let _ = writeln!(
