@@ -119,6 +119,10 @@ pub struct Endpoint {
     /// The same, parsed once for request URIs (cloning it shares the bytes); `None`
     /// if it does not parse as a URI authority.
     pub uri_authority: Option<http::uri::Authority>,
+    /// The Host header requests get when nothing else chose one, made once: cloning
+    /// it shares the bytes, where building it per request would copy them.
+    /// `None` if `authority` is no valid header value.
+    pub host_header: Option<http::HeaderValue>,
     /// Weight (> 0; health and the service's fade-in already applied by the agent).
     pub weight: u32,
     /// Start of its `fadeIn` ramp.
@@ -234,6 +238,7 @@ impl EndpointSet {
                     bytes::Bytes::copy_from_slice(authority.as_bytes()),
                 )
                 .ok(),
+                host_header: http::HeaderValue::from_str(authority).ok(),
                 weight: s.weight,
                 created,
                 stats,

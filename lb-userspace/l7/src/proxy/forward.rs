@@ -15,7 +15,6 @@
 //! body is ever sent twice: once a body has started to flow, a failure is final.
 
 use std::{
-    net::SocketAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -66,7 +65,8 @@ pub(super) struct Outgoing<'a> {
     pub ex: &'a Exchange,
     /// The consistent-hash key ([`crate::routes::plan::Outcome::Forward`]).
     pub key: u64,
-    pub peer: SocketAddr,
+    /// The client's address as an X-Forwarded-For value ([`headers::Peer`]).
+    pub client: &'a HeaderValue,
     pub now: SystemTime,
 }
 
@@ -82,7 +82,7 @@ pub(super) async fn forward(
         body,
         ex,
         key,
-        peer,
+        client,
         now,
     } = out;
     let http::request::Parts {
@@ -104,12 +104,14 @@ pub(super) async fn forward(
     } else {
         1
     };
-    let failed = Arc::new(AtomicBool::new(false));
-    let mut client_body = (!bodiless).then(|| UpBody::Client {
+    // Only a request with a body can fail reading it: a bodiless one does without
+    // the flag (and its allocation).
+    let failed = (!bodiless).then(|| Arc::new(AtomicBool::new(false)));
+    let mut client_body = failed.as_ref().map(|failed| UpBody::Client {
         body,
-        failed: Arc::clone(&failed),
+        failed: Arc::clone(failed),
     });
-    let host = upstream_head(&mut headers, &uri, ex, peer.ip(), bodiless);
+    let host = upstream_head(&mut headers, &uri, ex, client, bodiless);
     // skipper's `backendTimeout` is one deadline for every attempt.
     let deadline = ex.backend_timeout.map(|d| Instant::now() + d);
     let path_and_query = ex.target(&uri).ok_or(Failure::Internal)?;
@@ -143,9 +145,9 @@ pub(super) async fn forward(
             std::mem::take(&mut headers)
         };
         if host.is_none()
-            && let Ok(v) = HeaderValue::from_str(&endpoint.authority)
+            && let Some(v) = &endpoint.host_header
         {
-            req.headers_mut().insert(header::HOST, v);
+            req.headers_mut().insert(header::HOST, v.clone());
         }
         let limit = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()),
@@ -176,7 +178,9 @@ pub(super) async fn forward(
                 }
                 return Ok((resp, inflight));
             }
-            Ok(Err(_)) if failed.load(Ordering::Relaxed) => return Err(Failure::ClientBody),
+            Ok(Err(_)) if failed.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) => {
+                return Err(Failure::ClientBody);
+            }
             Ok(Err(e)) => {
                 endpoint.stats.failures.fetch_add(1, Ordering::Relaxed);
                 // A failed connect sent nothing, so the next endpoint may be tried;
@@ -226,7 +230,7 @@ pub(crate) fn upstream_head(
     headers: &mut http::HeaderMap,
     uri: &Uri,
     ex: &Exchange,
-    peer: std::net::IpAddr,
+    client: &HeaderValue,
     bodiless: bool,
 ) -> Option<HeaderValue> {
     // The client's Host, read before a filter's edits could drop it.
@@ -244,7 +248,7 @@ pub(crate) fn upstream_head(
             HeaderValue::from_static("chunked"),
         );
     }
-    headers::add_forwarded(headers, peer, "http");
+    headers::add_forwarded(headers, client, "http");
     let host = match &ex.host {
         UpstreamHost::Backend => None,
         UpstreamHost::Incoming => incoming_host.filter(|h| !h.is_empty()),

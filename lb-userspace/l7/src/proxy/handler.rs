@@ -35,9 +35,10 @@ impl ServiceState {
     pub async fn handle(
         &self,
         req: Request<Incoming>,
-        peer: SocketAddr,
+        client: &headers::Peer,
         activity: Arc<Activity>,
     ) -> Response<ProxyBody> {
+        let peer = client.addr;
         activity.request_started(req.version());
         let started = Instant::now();
         let time = SystemTime::now();
@@ -147,7 +148,7 @@ impl ServiceState {
                     body,
                     ex: &exchange,
                     key,
-                    peer,
+                    client: &client.forwarded,
                     now: time,
                 };
                 match forward(self, pool, out).await {

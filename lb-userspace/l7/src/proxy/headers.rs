@@ -39,27 +39,60 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(header::UPGRADE);
 }
 
-/// Appends `client` to X-Forwarded-For (one header, comma-joined) and sets
-/// X-Forwarded-Proto unless a trusted hop before us set it.
-pub fn add_forwarded(headers: &mut HeaderMap, client: std::net::IpAddr, proto: &'static str) {
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let mut value = String::with_capacity(64);
-    for v in headers.get_all(&xff) {
-        if let Ok(s) = v.to_str() {
-            if !value.is_empty() {
-                value.push_str(", ");
-            }
-            value.push_str(s);
+/// A client connection's address, with its X-Forwarded-For value.
+#[derive(Debug)]
+pub struct Peer {
+    /// The address.
+    pub addr: std::net::SocketAddr,
+    /// Its IP as [`client_value`] writes it, for every request of the connection.
+    pub forwarded: HeaderValue,
+}
+
+impl Peer {
+    /// The peer at `addr`.
+    pub fn new(addr: std::net::SocketAddr) -> Self {
+        Self {
+            addr,
+            forwarded: client_value(addr.ip()),
         }
     }
-    if !value.is_empty() {
-        value.push_str(", ");
-    }
-    use std::fmt::Write as _;
-    let _ = write!(value, "{client}");
-    // The string's buffer becomes the header's bytes: no second copy.
-    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
-        headers.insert(xff, v);
+}
+
+/// `client` as an X-Forwarded-For value, made once per connection: requests that
+/// arrive without the header then share its bytes instead of formatting the address
+/// into a new allocation each.
+pub fn client_value(client: std::net::IpAddr) -> HeaderValue {
+    use std::io::Write as _;
+    // An address prints in at most 39 bytes (eight groups of four hex digits).
+    let mut buf = [0u8; 48];
+    let mut w = &mut buf[..];
+    let _ = write!(w, "{client}");
+    let left = w.len();
+    let text = &buf[..buf.len() - left];
+    HeaderValue::from_bytes(text).unwrap_or_else(|_| HeaderValue::from_static("-"))
+}
+
+/// Appends `client` (see [`client_value`]) to X-Forwarded-For (one header,
+/// comma-joined) and sets X-Forwarded-Proto unless a trusted hop before us set it.
+pub fn add_forwarded(headers: &mut HeaderMap, client: &HeaderValue, proto: &'static str) {
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let before = || headers.get_all(&xff).iter().filter(|v| v.to_str().is_ok());
+    let len: usize = before().map(|v| v.len() + 2).sum();
+    let value = if len == 0 {
+        Ok(client.clone())
+    } else {
+        // Sized exactly: a vector whose length is its capacity becomes the header's
+        // bytes without a second allocation.
+        let mut value = Vec::with_capacity(len + client.len());
+        for v in before() {
+            value.extend_from_slice(v.as_bytes());
+            value.extend_from_slice(b", ");
+        }
+        value.extend_from_slice(client.as_bytes());
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
+    };
+    if let Ok(value) = value {
+        headers.insert(xff, value);
     }
     let proto_name = HeaderName::from_static("x-forwarded-proto");
     if !headers.contains_key(&proto_name) {
@@ -105,13 +138,16 @@ mod tests {
     #[test]
     fn forwarded_for_appends_the_client() {
         let mut h = HeaderMap::new();
-        add_forwarded(&mut h, "198.18.0.1".parse().expect("ip"), "http");
+        let client = |ip: &str| client_value(ip.parse().expect("ip"));
+        add_forwarded(&mut h, &client("198.18.0.1"), "http");
         assert_eq!(h["x-forwarded-for"], "198.18.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
         h.append("x-forwarded-for", HeaderValue::from_static("198.18.0.9"));
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        add_forwarded(&mut h, "2001:db8::1".parse().expect("ip"), "http");
+        add_forwarded(&mut h, &client("2001:db8::1"), "http");
         assert_eq!(h["x-forwarded-for"], "198.18.0.1, 198.18.0.9, 2001:db8::1");
         assert_eq!(h["x-forwarded-proto"], "https");
+        let longest = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
+        assert_eq!(client(longest), longest);
     }
 }

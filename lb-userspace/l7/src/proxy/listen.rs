@@ -34,7 +34,7 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, sync::watch};
 
-use super::{Shared, activity::Activity, pending::Pending, service::ServiceState};
+use super::{Shared, activity::Activity, headers::Peer, pending::Pending, service::ServiceState};
 use lb_model::throttle::{AcceptBackoff, Throttle};
 
 /// How long an HTTP/1 connection must have been idle before a drain closes it.
@@ -195,10 +195,14 @@ async fn serve(
     let named = Arc::clone(&service);
     let svc = {
         let activity = Arc::clone(&activity);
+        let client = Arc::new(Peer::new(peer));
         hyper::service::service_fn(move |req| {
             let service = Arc::clone(&service);
             let activity = Arc::clone(&activity);
-            async move { Ok::<_, std::convert::Infallible>(service.handle(req, peer, activity).await) }
+            let client = Arc::clone(&client);
+            async move {
+                Ok::<_, std::convert::Infallible>(service.handle(req, &client, activity).await)
+            }
         })
     };
     // With upgrades: a CONNECT a route allows becomes a tunnel.

@@ -185,7 +185,7 @@ fn run(c: &Case) -> Result<(), String> {
                 &mut headers,
                 &parts.uri,
                 &plan.exchange,
-                peer,
+                &crate::proxy::headers::client_value(peer),
                 c.body.is_empty(),
             )
             .unwrap_or_else(|| HeaderValue::from_static("198.18.0.11:80"));

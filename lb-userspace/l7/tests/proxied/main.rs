@@ -1,0 +1,195 @@
+//! Allocations per proxied request, counted: the real proxy (one worker) on loopback
+//! between a keep-alive HTTP/1.1 client and a backend, both hand-written on blocking
+//! sockets with fixed buffers so that every allocation counted is the proxy's.
+//!
+//! Every allocation on the request path costs the allocator's work and cache misses
+//! on every request of every worker (issue 18 asks for at most four). Counted rather
+//! than timed: the count is the same on every machine and every run, so a bound on it
+//! is a test that fails when someone adds an allocation, and never flakes.
+//!
+//! A test binary of its own: its global allocator counts every thread's allocations,
+//! so no other test may run beside it.
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use lb_l7::proxy::{L7Config, Proxy, ServiceInput};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; the tallies are
+// atomics, which never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        BYTES.fetch_add(new_size as u64, Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+const BODY: &[u8] = b"hello from the backend\n";
+
+/// A backend answering every request on every connection with [`BODY`], on a thread
+/// per connection; allocation-free per request.
+fn backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                let mut buf = [0u8; 8192];
+                let mut have = 0;
+                let answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 23\r\n\r\nhello from the backend\n";
+                loop {
+                    match stream.read(&mut buf[have..]) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => have += n,
+                    }
+                    // Requests have no body here: each ends at its blank line.
+                    while let Some(end) = find(&buf[..have], b"\r\n\r\n") {
+                        if stream.write_all(answer).is_err() {
+                            return;
+                        }
+                        buf.copy_within(end + 4..have, 0);
+                        have -= end + 4;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A keep-alive client: sends `GET` and reads the whole response (its head, then
+/// Content-Length bytes), asserting a 200 with the backend's body.
+struct Client {
+    stream: TcpStream,
+    buf: [u8; 8192],
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Self {
+        for _ in 0..100 {
+            if let Ok(stream) = TcpStream::connect(addr) {
+                stream.set_nodelay(true).expect("nodelay");
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .expect("timeout");
+                return Self {
+                    stream,
+                    buf: [0; 8192],
+                };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the proxy does not listen on {addr}");
+    }
+
+    fn get(&mut self) {
+        self.stream
+            .write_all(b"GET /some/path?x=1 HTTP/1.1\r\nHost: app.example\r\nUser-Agent: t\r\n\r\n")
+            .expect("send");
+        let mut have = 0;
+        let (head_end, length) = loop {
+            let n = self.stream.read(&mut self.buf[have..]).expect("read");
+            assert!(n > 0, "the proxy closed the connection");
+            have += n;
+            if let Some(end) = find(&self.buf[..have], b"\r\n\r\n") {
+                let head = &self.buf[..end];
+                assert!(head.starts_with(b"HTTP/1.1 200"), "not a 200");
+                let at = find(head, b"content-length: ").expect("a content-length") + 16;
+                let digits = head[at..].iter().take_while(|b| b.is_ascii_digit());
+                let length = digits.fold(0, |n, d| n * 10 + usize::from(d - b'0'));
+                break (end + 4, length);
+            }
+        };
+        while have < head_end + length {
+            let n = self.stream.read(&mut self.buf[have..]).expect("read body");
+            assert!(n > 0, "the proxy closed the connection mid-body");
+            have += n;
+        }
+        assert_eq!(&self.buf[head_end..have], BODY);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Allocations and bytes per request over `n` requests after a warm-up (the
+/// connections, the pools and every buffer have grown by then).
+fn per_request(routes: &str, n: u64) -> (f64, f64) {
+    let backend = backend();
+    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let limits = L7Config::default().limits().expect("limits");
+    let mut proxy = Proxy::start(limits, 1, None, false).expect("proxy");
+    let routes = routes.replace("BACKEND", &backend.to_string());
+    let errors = proxy.apply(&[ServiceInput {
+        name: "s".into(),
+        listen,
+        routes: Some(Arc::from(routes.as_str())),
+        routes_origin: "test".into(),
+        endpoints: vec![],
+    }]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut client = Client::connect(listen);
+    for _ in 0..200 {
+        client.get();
+    }
+    let (a0, b0) = (ALLOCATIONS.load(Relaxed), BYTES.load(Relaxed));
+    for _ in 0..n {
+        client.get();
+    }
+    let (a1, b1) = (ALLOCATIONS.load(Relaxed), BYTES.load(Relaxed));
+    drop(client);
+    proxy.shutdown();
+    ((a1 - a0) as f64 / n as f64, (b1 - b0) as f64 / n as f64)
+}
+
+/// The bound the proxy meets now; lower it when a change removes allocations, so
+/// that none creeps back.
+const MAX_PER_REQUEST: f64 = 12.0;
+
+#[test]
+fn a_proxied_request_allocates_little() {
+    let (allocs, bytes) = per_request("r: * -> \"http://BACKEND\";", 2000);
+    eprintln!("proxied request: {allocs:.2} allocations, {bytes:.0} bytes");
+    assert!(
+        allocs <= MAX_PER_REQUEST,
+        "{allocs:.2} allocations per proxied request ({bytes:.0} bytes), at most {MAX_PER_REQUEST}"
+    );
+}
