@@ -71,7 +71,9 @@ pub struct QueryPolicy<'a> {
 /// A renderer with its timestamp cache and the scratch buffers of masked queries.
 #[derive(Debug, Default)]
 pub struct Renderer {
-    second: u64,
+    /// The second `stamp` shows, as the instants it starts and ends at: comparing
+    /// with them is cheaper than counting the seconds of every line's time.
+    second: Option<(SystemTime, SystemTime)>,
     stamp: [u8; 26],
     mask: MaskScratch,
 }
@@ -126,48 +128,38 @@ impl Renderer {
     /// names, keys in byte order, with logrus's `level` and empty `msg`; numbers bare,
     /// empty strings `""`.
     fn json(&mut self, e: &Entry<'_>, q: QueryPolicy<'_>, out: &mut Vec<u8>) {
-        let field = |out: &mut Vec<u8>, name: &[u8]| {
-            out.extend_from_slice(b",\"");
-            out.extend_from_slice(name);
-            out.extend_from_slice(b"\":");
-        };
-        out.extend_from_slice(b"{\"audit\":");
-        string(out, e.audit);
-        field(out, b"auth-user");
-        string(out, e.user);
-        field(out, b"duration");
+        // Each literal closes one value and opens the next key's: one copy where
+        // separate pieces would be three or four.
+        out.reserve(384);
+        out.extend_from_slice(b"{\"audit\":\"");
+        json_str(out, e.audit);
+        out.extend_from_slice(b"\",\"auth-user\":\"");
+        json_str(out, e.user);
+        out.extend_from_slice(b"\",\"duration\":");
         number(out, e.duration.as_millis() as u64);
-        field(out, b"flow-id");
-        string(out, e.flow_id);
-        field(out, b"host");
-        out.push(b'"');
+        out.extend_from_slice(b",\"flow-id\":\"");
+        json_str(out, e.flow_id);
+        out.extend_from_slice(b"\",\"host\":\"");
         client(e, out);
-        out.push(b'"');
-        out.extend_from_slice(b",\"level\":\"info\"");
-        field(out, b"method");
-        string(out, e.method);
-        out.extend_from_slice(b",\"msg\":\"\"");
-        field(out, b"proto");
-        string(out, e.proto);
-        field(out, b"referer");
-        string(out, e.referer);
-        field(out, b"requested-host");
-        string(out, e.host);
-        field(out, b"response-size");
+        out.extend_from_slice(b"\",\"level\":\"info\",\"method\":\"");
+        json_str(out, e.method);
+        out.extend_from_slice(b"\",\"msg\":\"\",\"proto\":\"");
+        json_str(out, e.proto);
+        out.extend_from_slice(b"\",\"referer\":\"");
+        json_str(out, e.referer);
+        out.extend_from_slice(b"\",\"requested-host\":\"");
+        json_str(out, e.host);
+        out.extend_from_slice(b"\",\"response-size\":");
         number(out, e.size);
-        field(out, b"status");
+        out.extend_from_slice(b",\"status\":");
         number(out, u64::from(e.status));
-        field(out, b"timestamp");
-        out.push(b'"');
+        out.extend_from_slice(b",\"timestamp\":\"");
         out.extend_from_slice(self.stamp(e.time));
-        out.push(b'"');
-        field(out, b"uri");
-        out.push(b'"');
+        out.extend_from_slice(b"\",\"uri\":\"");
         self.uri(e, q, out, json_str);
-        out.push(b'"');
-        field(out, b"user-agent");
-        string(out, e.user_agent);
-        out.extend_from_slice(b"}\n");
+        out.extend_from_slice(b"\",\"user-agent\":\"");
+        json_str(out, e.user_agent);
+        out.extend_from_slice(b"\"}\n");
     }
 
     /// The request URI: the path, then `?` and the query as received, or nothing
@@ -196,11 +188,15 @@ impl Renderer {
 
     /// `02/Jan/2006:15:04:05 +0000` (UTC), formatted once per second.
     fn stamp(&mut self, t: SystemTime) -> &[u8] {
-        let secs = t
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        if secs != self.second || self.stamp[0] == 0 {
-            self.second = secs;
+        if self
+            .second
+            .is_none_or(|(from, until)| t < from || t >= until)
+        {
+            let secs = t
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let from = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            self.second = Some((from, from + std::time::Duration::from_secs(1)));
             let (y, m, d) = civil_from_days((secs / 86_400) as i64);
             let s = secs % 86_400;
             let mut w = &mut self.stamp[..];
@@ -231,11 +227,19 @@ fn client(e: &Entry<'_>, out: &mut Vec<u8>) {
     let mut any = false;
     let mut rest = xff;
     loop {
-        let (entry, tail) = match rest.windows(2).position(|w| w == b", ") {
+        let (entry, tail) = match comma_space(rest) {
             Some(i) => (&rest[..i], Some(&rest[i + 2..])),
             None => (rest, None),
         };
-        if let Some(ip) = parse_ip(strip_port(entry)) {
+        if is_quad(entry) {
+            // The common entry, a dotted quad without port or leading zeros, is its
+            // own canonical form: copied, not parsed and formatted again.
+            if any {
+                out.extend_from_slice(b", ");
+            }
+            copy_escaped(out, entry, &BARE_ESCAPES, hex_escape);
+            any = true;
+        } else if let Some(ip) = parse_ip(strip_port(entry)) {
             if any {
                 out.extend_from_slice(b", ");
             }
@@ -250,6 +254,20 @@ fn client(e: &Entry<'_>, out: &mut Vec<u8>) {
     if !any {
         out.push(b'-');
     }
+}
+
+/// Where `", "` starts in `s`: a scan for the comma alone, which is cheaper than
+/// comparing every pair of bytes.
+fn comma_space(s: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = s[from..].iter().position(|&b| b == b',') {
+        let at = from + i;
+        if s.get(at + 1) == Some(&b' ') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 /// The host of `host:port` or `[host]:port` as Go's `net.SplitHostPort` takes it
@@ -287,7 +305,7 @@ fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
                 if i > 0 {
                     out.push(b'.');
                 }
-                number(out, u64::from(*o));
+                small(out, u16::from(*o));
             }
         }
         IpAddr::V6(v6) => {
@@ -298,6 +316,34 @@ fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
             out.extend_from_slice(&buf[..n]);
         }
     }
+}
+
+/// Whether `s` is an IPv4 address as [`parse_ip`] reads one (four decimal fields of
+/// one to three digits, at most 255, no leading zeros), checked in one pass.
+fn is_quad(s: &[u8]) -> bool {
+    let (mut dots, mut digits, mut value, mut lead) = (0, 0, 0u32, 0u8);
+    for &b in s {
+        if b == b'.' {
+            if digits == 0 || dots == 3 {
+                return false;
+            }
+            (dots, digits, value) = (dots + 1, 0, 0);
+        } else if b.is_ascii_digit() {
+            if digits == 0 {
+                lead = b;
+            } else if lead == b'0' {
+                return false;
+            }
+            digits += 1;
+            value = value * 10 + u32::from(b - b'0');
+            if value > 255 {
+                return false;
+            }
+        } else {
+            return false;
+        }
+    }
+    dots == 3 && digits > 0
 }
 
 /// `s` as an IP address, as Go's `netip.ParseAddr` reads it (IPv4 only as four
@@ -326,10 +372,42 @@ fn parse_ip(s: &[u8]) -> Option<IpAddr> {
     std::str::from_utf8(s).ok()?.parse().ok()
 }
 
-fn number(out: &mut Vec<u8>, n: u64) {
+/// `n` in decimal. The digits go out as one copy of a fixed 20 bytes, cut back to
+/// their count: a fixed-size copy compiles to a few moves, where a copy of the digits'
+/// own length is a `memcpy` call (a sixth of the line's time, with a number in
+/// every few fields).
+#[inline(always)]
+fn number(out: &mut Vec<u8>, mut n: u64) {
+    let len = digit_count(n);
     let mut digits = [0u8; 20];
-    let len = itoa(n, &mut digits);
-    out.extend_from_slice(&digits[20 - len..]);
+    for d in digits[..len].iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let end = out.len() + len;
+    out.extend_from_slice(&digits);
+    out.truncate(end);
+}
+
+fn digit_count(n: u64) -> usize {
+    let mut len = 1;
+    let mut rest = n / 10;
+    while rest > 0 {
+        len += 1;
+        rest /= 10;
+    }
+    len
+}
+
+/// A byte below 1000 (an IPv4 octet, a status) in decimal, a digit at a time.
+fn small(out: &mut Vec<u8>, n: u16) {
+    if n >= 100 {
+        out.push(b'0' + (n / 100) as u8);
+    }
+    if n >= 10 {
+        out.push(b'0' + (n / 10 % 10) as u8);
+    }
+    out.push(b'0' + (n % 10) as u8);
 }
 
 /// Writes `n` right-aligned into `buf`; returns the digit count.
@@ -358,6 +436,7 @@ fn hex_escape(out: &mut Vec<u8>, b: u8) {
 
 /// nginx-style escaping inside quotes: `"`, `\`, control bytes and bytes ≥ 0x7F as
 /// `\xHH`.
+#[inline(always)]
 fn quoted(out: &mut Vec<u8>, s: &[u8]) {
     escape_runs(out, s, &QUOTED_ESCAPES);
 }
@@ -376,60 +455,136 @@ const fn escapes(first_plain: u8) -> [bool; 256] {
     t
 }
 
-/// Copies `s`, escaping the bytes `escape` picks as `\xHH`; clean runs are copied
-/// whole (most fields have nothing to escape).
-#[inline]
-fn escape_runs(out: &mut Vec<u8>, mut s: &[u8], escape: &[bool; 256]) {
+/// Copies `s`, escaping the bytes `escape` picks as `\xHH`.
+#[inline(always)]
+fn escape_runs(out: &mut Vec<u8>, s: &[u8], escape: &[bool; 256]) {
+    copy_escaped(out, s, escape, hex_escape);
+}
+
+/// Copies `s` in one pass, writing the bytes `escape` picks through `write_escape`.
+///
+/// Fields are short (a method, a path, a host, a user agent), and a `memcpy` call per
+/// field cost more than the whole scan, so every copy here has a fixed size of eight
+/// bytes and compiles to a move: words of eight that pass a word test for "below the
+/// table's first plain byte, 0x7F or above, `\"` or `\\`" are copied whole; the tail
+/// shorter than a word is copied as the last eight bytes of `s` after taking back the
+/// bytes it overlaps (they were copied as they are, so they come out the same); a
+/// field shorter than a word is padded with a plain byte and cut back after. Only
+/// words that hold a byte to escape go byte by byte.
+#[inline(always)]
+fn copy_escaped(
+    out: &mut Vec<u8>,
+    s: &[u8],
+    escape: &[bool; 256],
+    write_escape: fn(&mut Vec<u8>, u8),
+) {
     // Below this byte everything is escaped: 0x20 inside quotes, 0x21 (space too)
     // in bare fields.
-    let first_plain = if escape[usize::from(b' ')] {
+    let first_plain: u8 = if escape[usize::from(b' ')] {
         0x21
     } else {
         0x20
     };
-    while let Some(i) = first_escape(s, escape, first_plain) {
-        out.extend_from_slice(&s[..i]);
-        hex_escape(out, s[i]);
-        s = &s[i + 1..];
+    let one = |out: &mut Vec<u8>, b: u8| {
+        if escape[usize::from(b)] {
+            write_escape(out, b);
+        } else {
+            out.push(b);
+        }
+    };
+    if s.len() < 8 {
+        let word = short_word(s);
+        if plain_word(word, first_plain) {
+            let end = out.len() + s.len();
+            out.extend_from_slice(&word);
+            out.truncate(end);
+        } else {
+            for &b in s {
+                one(out, b);
+            }
+        }
+        return;
     }
-    out.extend_from_slice(s);
+    let mut chunks = s.chunks_exact(8);
+    let mut last_plain = false;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        last_plain = plain_word(word, first_plain);
+        if last_plain {
+            out.extend_from_slice(&word);
+        } else {
+            for b in word {
+                one(out, b);
+            }
+        }
+    }
+    let tail = chunks.remainder();
+    if tail.is_empty() {
+        return;
+    }
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&s[s.len() - 8..]);
+    if last_plain && plain_word(word, first_plain) {
+        out.truncate(out.len() - (8 - tail.len()));
+        out.extend_from_slice(&word);
+    } else {
+        for &b in tail {
+            one(out, b);
+        }
+    }
 }
 
-/// The index of the first byte to escape: eight bytes at a time while they are all
-/// plain (a word test for "below `first_plain`, 0x7F or above, `\"` or `\\`"), then
-/// the table.
-#[inline]
-fn first_escape(s: &[u8], escape: &[bool; 256], first_plain: u8) -> Option<usize> {
+/// `s` (shorter than eight bytes) as the first bytes of a word padded with `a`, read
+/// with at most three loads. Byte by byte into an array compiles to a `memcpy` call
+/// and then a read of the word it just stored in pieces, which stalls.
+#[inline(always)]
+fn short_word(s: &[u8]) -> [u8; 8] {
+    const PAD: u64 = u64::from_le_bytes([b'a'; 8]);
+    let n = s.len();
+    let x = match n {
+        0 => PAD,
+        1..=3 => {
+            // Bytes 0, n/2 and n-1 cover every byte of a field this short.
+            let at = |i: usize| u64::from(s[i]) << (8 * i);
+            at(0) | at(n / 2) | at(n - 1) | PAD << (8 * n)
+        }
+        _ => {
+            // Two overlapping four-byte reads; the overlap holds the same bytes.
+            let four = |i: usize| {
+                let mut w = [0u8; 4];
+                w.copy_from_slice(&s[i..i + 4]);
+                u64::from(u32::from_le_bytes(w))
+            };
+            four(0) | four(n - 4) << (8 * (n - 4)) | PAD << (8 * n)
+        }
+    };
+    x.to_le_bytes()
+}
+
+/// Whether none of `word`'s bytes is below `first_plain`, 0x7F or above, `"` or `\`.
+#[inline(always)]
+fn plain_word(word: [u8; 8], first_plain: u8) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero_byte = |y: u64| y.wrapping_sub(ONES) & !y & HIGHS;
-    let mut at = 0;
-    for chunk in s.chunks_exact(8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(word);
-        let below = x.wrapping_sub(ONES * u64::from(first_plain)) & !x & HIGHS;
-        let special = x & HIGHS
-            | zero_byte(x ^ (ONES * 0x7F))
-            | zero_byte(x ^ (ONES * u64::from(b'"')))
-            | zero_byte(x ^ (ONES * u64::from(b'\\')));
-        if below | special != 0 {
-            break;
-        }
-        at += 8;
-    }
-    s[at..]
-        .iter()
-        .position(|&b| escape[usize::from(b)])
-        .map(|i| at + i)
+    let x = u64::from_le_bytes(word);
+    let below = x.wrapping_sub(ONES * u64::from(first_plain)) & !x & HIGHS;
+    let special = x & HIGHS
+        | zero_byte(x ^ (ONES * 0x7F))
+        | zero_byte(x ^ (ONES * u64::from(b'"')))
+        | zero_byte(x ^ (ONES * u64::from(b'\\')));
+    below | special == 0
 }
 
 /// Unquoted fields: as [`quoted`], and spaces too, so fields stay separable.
+#[inline(always)]
 fn bare(out: &mut Vec<u8>, s: &[u8]) {
     escape_runs(out, s, &BARE_ESCAPES);
 }
 
 /// An empty field prints as `-`; others through `write`.
+#[inline(always)]
 fn or_dash(out: &mut Vec<u8>, s: &[u8], write: fn(&mut Vec<u8>, &[u8])) {
     if s.is_empty() {
         out.push(b'-');
@@ -440,28 +595,25 @@ fn or_dash(out: &mut Vec<u8>, s: &[u8], write: fn(&mut Vec<u8>, &[u8])) {
 
 /// JSON string contents: `"` and `\` escaped, control bytes and bytes ≥ 0x7F as
 /// `\u00HH` (header bytes are not necessarily UTF-8; this keeps every line valid).
+/// The bytes to escape are those escaped inside the text line's quotes.
+#[inline(always)]
 fn json_str(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x20..0x7F => out.push(b),
-            _ => out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(b >> 4)],
-                HEX[usize::from(b & 15)],
-            ]),
-        }
-    }
+    copy_escaped(out, s, &QUOTED_ESCAPES, json_escape);
 }
 
-fn string(out: &mut Vec<u8>, s: &[u8]) {
-    out.push(b'"');
-    json_str(out, s);
-    out.push(b'"');
+fn json_escape(out: &mut Vec<u8>, b: u8) {
+    match b {
+        b'"' => out.extend_from_slice(b"\\\""),
+        b'\\' => out.extend_from_slice(b"\\\\"),
+        _ => out.extend_from_slice(&[
+            b'\\',
+            b'u',
+            b'0',
+            b'0',
+            HEX[usize::from(b >> 4)],
+            HEX[usize::from(b & 15)],
+        ]),
+    }
 }
 
 /// Civil date of days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -475,4 +627,72 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass check takes exactly the quads the parser takes as IPv4.
+    #[test]
+    fn is_quad_agrees_with_parse_ip() {
+        for s in [
+            "1.2.3.4",
+            "0.0.0.0",
+            "255.255.255.255",
+            "198.18.5.5",
+            "256.1.1.1",
+            "01.2.3.4",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1..3.4",
+            ".1.2.3",
+            "1.2.3.",
+            "1.2.3.4a",
+            "1000.1.1.1",
+            "::1",
+            "1.2.3.4:80",
+            "",
+            "a.b.c.d",
+            "10.0.0.00",
+        ] {
+            let parsed = parse_ip(s.as_bytes()).is_some_and(|ip| ip.is_ipv4());
+            assert_eq!(is_quad(s.as_bytes()), parsed, "{s}");
+        }
+    }
+
+    /// Short fields, word-sized ones and ones with a tail, each with and without a
+    /// byte to escape, come out as a byte-by-byte copy would write them.
+    #[test]
+    fn word_copies_match_byte_copies() {
+        let samples: [&[u8]; 12] = [
+            b"",
+            b"a",
+            b"ab",
+            b"abc",
+            b"abcd",
+            b"abc\"e",
+            b"abcdefg",
+            b"abcdefgh",
+            b"abcdefgh\x01",
+            b"abcdefghijk",
+            b"ab de\\gh ijklmnopq",
+            b"\xffabcdefghijklmn",
+        ];
+        for s in samples {
+            for (table, first_plain) in [(&QUOTED_ESCAPES, 0x20u8), (&BARE_ESCAPES, 0x21)] {
+                let mut want = b"x".to_vec();
+                for &b in s {
+                    if b < first_plain || b >= 0x7F || b == b'"' || b == b'\\' {
+                        hex_escape(&mut want, b);
+                    } else {
+                        want.push(b);
+                    }
+                }
+                let mut got = b"x".to_vec();
+                copy_escaped(&mut got, s, table, hex_escape);
+                assert_eq!(got, want, "{s:?}");
+            }
+        }
+    }
 }
