@@ -123,6 +123,10 @@ pub struct Endpoint {
     /// it shares the bytes, where building it per request would copy them.
     /// `None` if `authority` is no valid header value.
     pub host_header: Option<http::HeaderValue>,
+    /// The address of a plain-HTTP endpoint written as `ip:port`: the proxy connects
+    /// to it directly (no resolver) and keeps its connections in the worker's own
+    /// pool. `None` for names (resolved by the general client) and for TLS.
+    pub socket: Option<std::net::SocketAddr>,
     /// Weight (> 0; health and the service's fade-in already applied by the agent).
     pub weight: u32,
     /// Start of its `fadeIn` ramp.
@@ -239,6 +243,7 @@ impl EndpointSet {
                 )
                 .ok(),
                 host_header: http::HeaderValue::from_str(authority).ok(),
+                socket: if tls { None } else { authority.parse().ok() },
                 weight: s.weight,
                 created,
                 stats,

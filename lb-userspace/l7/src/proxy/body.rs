@@ -19,7 +19,7 @@ use http::{HeaderName, HeaderValue, Method, Uri, Version, header};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::activity::Activity;
+use super::{activity::Activity, upstream::Pooled};
 use crate::{
     accesslog::{AccessLog, Entry},
     balance::InFlight,
@@ -210,7 +210,8 @@ pub struct Finish {
     pub activity: Arc<Activity>,
 }
 
-/// A response body to the client.
+/// A response body to the client. A backend's body gives its connection back to the
+/// pool when it ends ([`Pooled`]), which dropping it at its end also does.
 #[derive(Debug)]
 pub struct ProxyBody {
     inner: Inner,
@@ -222,7 +223,7 @@ pub struct ProxyBody {
 enum Inner {
     Full(Option<Bytes>),
     Upstream {
-        body: Incoming,
+        body: Pooled,
         /// The route's `backendTimeout` deadline (see [`BodyDeadline`]).
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
@@ -258,7 +259,7 @@ impl ProxyBody {
     }
 
     /// A backend's body, streamed; with a deadline, it fails when that passes.
-    pub fn upstream(body: Incoming, deadline: Option<BodyDeadline>, finish: Finish) -> Self {
+    pub fn upstream(body: Pooled, deadline: Option<BodyDeadline>, finish: Finish) -> Self {
         Self {
             inner: Inner::Upstream {
                 body,

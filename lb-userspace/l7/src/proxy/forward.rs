@@ -26,7 +26,12 @@ use http::{HeaderValue, Method, Request, Response, Uri, header};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use super::{body::UpBody, headers, service::ServiceState};
+use super::{
+    body::UpBody,
+    headers,
+    service::ServiceState,
+    upstream::{self, Pooled},
+};
 use crate::{
     balance::{InFlight, Pick},
     routes::{Exchange, Pool, filter::UpstreamHost},
@@ -76,7 +81,7 @@ pub(super) async fn forward(
     state: &ServiceState,
     pool: &Pool,
     out: Outgoing<'_>,
-) -> Result<(Response<Incoming>, InFlight), Failure> {
+) -> Result<(Response<Pooled>, InFlight), Failure> {
     let Outgoing {
         parts,
         body,
@@ -123,13 +128,19 @@ pub(super) async fn forward(
             first + attempt
         };
         let endpoint = &set.endpoints()[i];
+        // A plain `ip:port` endpoint goes through the worker's own pool, which takes
+        // the origin-form target hyper-util's client would have sent; the rest
+        // through hyper-util with the absolute URI it resolves and connects by.
+        let direct = endpoint.socket.filter(|_| endpoint.host_header.is_some());
         let mut target = http::uri::Parts::default();
-        target.scheme = Some(if endpoint.tls {
-            http::uri::Scheme::HTTPS
-        } else {
-            http::uri::Scheme::HTTP
-        });
-        target.authority.clone_from(&endpoint.uri_authority);
+        if direct.is_none() {
+            target.scheme = Some(if endpoint.tls {
+                http::uri::Scheme::HTTPS
+            } else {
+                http::uri::Scheme::HTTP
+            });
+            target.authority.clone_from(&endpoint.uri_authority);
+        }
         target.path_and_query = Some(path_and_query.clone());
         let Ok(target) = Uri::from_parts(target) else {
             return Err(Failure::Internal);
@@ -162,13 +173,24 @@ pub(super) async fn forward(
         if attempt > 0 {
             state.stats.retries.fetch_add(1, Ordering::Relaxed);
         }
-        // Both pools answer with the same future type: a plain request pays one
-        // branch for TLS existing.
-        let worker = super::workers::current();
-        let sent = if endpoint.tls {
-            state.shared.tls_clients[worker].request(req)
-        } else {
-            state.shared.clients[worker].request(req)
+        let sent = async {
+            if let Some(addr) = direct {
+                upstream::send(addr, state.shared.limits.connect_timeout, req)
+                    .await
+                    .map_err(SendFailure::Pooled)
+            } else {
+                // Both of hyper-util's pools answer with the same future type: a
+                // plain request pays one branch for TLS existing.
+                let worker = super::workers::current();
+                let sent = if endpoint.tls {
+                    state.shared.tls_clients[worker].request(req)
+                } else {
+                    state.shared.clients[worker].request(req)
+                };
+                sent.await
+                    .map(|r| r.map(Pooled::unpooled))
+                    .map_err(SendFailure::Client)
+            }
         };
         match tokio::time::timeout(limit, sent).await {
             Ok(Ok(mut resp)) => {
@@ -186,6 +208,7 @@ pub(super) async fn forward(
                 // A failed connect sent nothing, so the next endpoint may be tried;
                 // a request that reached the backend is answered as skipper does.
                 let connect = e.is_connect();
+                let e = e.error();
                 tracing::debug!(
                     service = %state.name,
                     backend = %endpoint.authority,
@@ -195,11 +218,11 @@ pub(super) async fn forward(
                     if connect { "trying the next" } else { "answering" }
                 );
                 if !connect {
-                    return Err(Failure::after_connect(&e));
+                    return Err(Failure::after_connect(e));
                 }
                 // The TCP connect of a TLS endpoint succeeded but its handshake did
                 // not: skipper does not retry that (module docs of `tls`).
-                if let Some(f) = Failure::handshake(&e) {
+                if let Some(f) = Failure::handshake(e) {
                     state.stats.tls_failures.fetch_add(1, Ordering::Relaxed);
                     return Err(f);
                 }
@@ -212,6 +235,32 @@ pub(super) async fn forward(
         }
     }
     Err(last)
+}
+
+/// A failed send through either pool.
+enum SendFailure {
+    /// The worker's own pool ([`upstream`]).
+    Pooled(upstream::SendError),
+    /// hyper-util's client.
+    Client(hyper_util::client::legacy::Error),
+}
+
+impl SendFailure {
+    /// Nothing was sent: connecting failed (for TLS, possibly its handshake).
+    fn is_connect(&self) -> bool {
+        match self {
+            SendFailure::Pooled(e) => matches!(e, upstream::SendError::Connect(_)),
+            SendFailure::Client(e) => e.is_connect(),
+        }
+    }
+
+    /// The error, whose causes [`Failure`] sorts.
+    fn error(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            SendFailure::Pooled(e) => e,
+            SendFailure::Client(e) => e,
+        }
+    }
 }
 
 fn is_idempotent(m: &Method) -> bool {

@@ -19,6 +19,7 @@ use super::{
     headers,
     service::ServiceState,
     tunnel,
+    upstream::Pooled,
 };
 use crate::{
     accesslog::StatusSet,
@@ -139,7 +140,11 @@ impl ServiceState {
             // The route's response filters have run on its own answers.
             Outcome::Answer(a) => (inline(a), None, false),
             Outcome::Tunnel(pool) => match tunnel::open(self, pool, parts, time).await {
-                Ok((r, inflight)) => (r.map(Out::Upstream), inflight, true),
+                Ok((r, inflight)) => (
+                    r.map(|b| Out::Upstream(Pooled::unpooled(b))),
+                    inflight,
+                    true,
+                ),
                 Err(f) => (self.failure(f), None, false),
             },
             Outcome::Forward { pool, key } => {
@@ -253,7 +258,7 @@ struct Kept {
 /// A response body before the bookkeeping is attached.
 enum Out {
     Inline(Bytes),
-    Upstream(Incoming),
+    Upstream(Pooled),
 }
 
 /// An answer of the proxy's own as a response.

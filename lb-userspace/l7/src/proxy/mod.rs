@@ -23,6 +23,7 @@ mod tests;
 pub use lb_model::config::TrustedProxies;
 mod tls;
 mod tunnel;
+mod upstream;
 pub mod workers;
 
 use std::{
@@ -57,7 +58,8 @@ use super::{
 #[derive(Debug)]
 pub struct Shared {
     pub(crate) limits: Limits,
-    /// One backend connection pool per worker.
+    /// One backend connection pool per worker, for plain endpoints named by a host
+    /// name; those written `ip:port` use the worker's own pool ([`upstream`]).
     pub(crate) clients: Vec<Client<HttpConnector, body::UpBody>>,
     /// One pool per worker for `https://` endpoints ([`tls`]).
     pub(crate) tls_clients: Vec<Client<tls::TlsConnector, body::UpBody>>,
