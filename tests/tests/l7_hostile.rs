@@ -321,6 +321,78 @@ fn silent_connections_close_at_the_header_timeout_not_the_idle_timeout() {
     });
 }
 
+/// After a response, a keep-alive HTTP/1.1 connection has `header_timeout` for its
+/// next head, counted from the end of that response: one that sends nothing, or only
+/// part of a head, is closed then (not at the idle timeout, and not counted as an
+/// idle close), while one whose next request comes within it is served.
+#[test]
+fn later_heads_get_the_header_timeout_from_the_previous_response() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let ms = lb_model::config::DurationText::Millis;
+        let config = L7Config {
+            header_timeout: ms(400),
+            idle_timeout: ms(30_000),
+            ..L7Config::default()
+        };
+        let (proxy, _backend) = one_backend_proxy(&rt, &config);
+        rt.block_on(async {
+            let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+            // Reads one whole response (this backend's have a Content-Length).
+            async fn response(s: &mut tokio::net::TcpStream) {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = s.read(&mut buf).await.expect("read");
+                    assert!(n > 0, "closed before a whole response");
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length: usize = text
+                            .split("content-length: ")
+                            .nth(1)
+                            .and_then(|l| l.split("\r\n").next())
+                            .and_then(|l| l.parse().ok())
+                            .expect("a content-length");
+                        if got.len() >= end + 4 + length {
+                            assert!(text.starts_with("http/1.1 200"), "{text}");
+                            return;
+                        }
+                    }
+                }
+            }
+            for next in [&b""[..], b"GET / HT"] {
+                let mut s = tokio::net::TcpStream::connect(vip(80))
+                    .await
+                    .expect("connect");
+                // Requests within the timeout of each other are all served.
+                for _ in 0..3 {
+                    s.write_all(request).await.expect("write");
+                    response(&mut s).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                s.write_all(next).await.expect("write");
+                let started = std::time::Instant::now();
+                let mut buf = [0u8; 256];
+                let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                    .await
+                    .expect("closed within 5 s, long before the idle timeout")
+                    .unwrap_or(0);
+                assert_eq!(n, 0, "closed without an answer");
+                // 400 ms from the last response, 200 of which passed before `started`.
+                assert!(
+                    started.elapsed() >= Duration::from_millis(150),
+                    "not before the timeout"
+                );
+            }
+        });
+        let (_, _, _, idle_closed) = proxy.connection_counts();
+        assert_eq!(idle_closed, 0, "a head timeout is no idle close");
+        proxy.shutdown();
+    });
+}
+
 #[test]
 fn forwarded_for_counts_only_from_trusted_proxies() {
     lb_testbed::needs_root!();

@@ -58,6 +58,11 @@ impl Activity {
         self.draining.load(Ordering::Relaxed)
     }
 
+    /// Whether the connection speaks HTTP/2 (known from its first request on).
+    pub(super) fn speaks_h2(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
+    }
+
     pub(super) fn seen_request(&self) -> bool {
         self.seen.load(Ordering::Acquire)
     }

@@ -6,9 +6,12 @@
 //! - its first request head must be complete within `header_timeout` of the accept,
 //!   whether it sent a byte or not (hyper's own timer starts only once it knows the
 //!   protocol, i.e. after the first bytes, and HTTP/2 has none);
-//! - later HTTP/1 heads get hyper's `header_timeout`, which hyper counts from the end
-//!   of the previous response, so an idle HTTP/1 connection closes after the shorter
-//!   of `header_timeout` and `idle_timeout`;
+//! - later HTTP/1 heads get `header_timeout` too, counted from the end of the
+//!   previous response, so an idle HTTP/1 connection closes after the shorter of
+//!   `header_timeout` and `idle_timeout` (only the latter counts as an idle close).
+//!   This was hyper's `header_read_timeout`, which makes a timer (an allocation and a
+//!   timer-wheel entry) for every request head; the idle timer below, armed for the
+//!   shorter of the two, does the same without any per request;
 //! - between requests, `idle_timeout`;
 //! - when the proxy is full, the oldest connection still without a head is closed to
 //!   make room ([`super::pending`]).
@@ -186,7 +189,8 @@ async fn serve(
         .timer(TokioTimer::new())
         .max_buf_size(limits.max_header_bytes)
         .max_headers(limits.max_headers)
-        .header_read_timeout(limits.header_timeout);
+        // Ours (module docs); hyper's default would be 30 s.
+        .header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -211,8 +215,10 @@ async fn serve(
     // The first head's deadline, counted from the accept.
     let first_head = tokio::time::sleep(limits.header_timeout);
     tokio::pin!(first_head);
-    // Re-armed to when the connection would have been idle long enough.
-    let idle = tokio::time::sleep(limits.idle_timeout);
+    // Re-armed to when the connection would have been idle long enough, or waited
+    // too long for a later head. Never armed further out than the nearer of the two,
+    // so that it fires in time for a request that ends after it was armed.
+    let idle = tokio::time::sleep(limits.idle_timeout.min(limits.header_timeout));
     tokio::pin!(idle);
     let mut draining = false;
     let mut shut = false;
@@ -229,6 +235,9 @@ async fn serve(
                     // answer.
                     break Ok(());
                 }
+                // The idle timer may have been re-armed for the idle timeout an instant
+                // before this head came: look again now the head deadline applies.
+                idle.as_mut().reset(tokio::time::Instant::now());
             }
             () = evict.notified(), if headless => {
                 if !activity.seen_request() {
@@ -246,16 +255,23 @@ async fn serve(
             }
             () = &mut idle, if !shut => {
                 let limit = if draining { DRAIN_IDLE.min(limits.idle_timeout) } else { limits.idle_timeout };
+                // A later HTTP/1 head's deadline, when it comes before the idle one.
+                let head = (activity.seen_request() && !activity.speaks_h2())
+                    .then_some(limits.header_timeout)
+                    .filter(|&h| h < limit);
+                let first = head.unwrap_or(limit);
+                // Armed while a request runs, the timer fires at the latest when the
+                // deadlines would if it ended now; a later end only re-arms it.
                 match activity.idle_for() {
-                    Some(idle_for) if idle_for >= limit => {
+                    Some(idle_for) if idle_for >= first => {
                         shut = true;
-                        if !draining {
+                        if head.is_none() && !draining {
                             shared.connections.idle_closed.fetch_add(1, Ordering::Relaxed);
                         }
                         conn.as_mut().graceful_shutdown();
                     }
-                    Some(idle_for) => idle.as_mut().reset(tokio::time::Instant::now() + (limit - idle_for)),
-                    None => idle.as_mut().reset(tokio::time::Instant::now() + limit),
+                    Some(idle_for) => idle.as_mut().reset(tokio::time::Instant::now() + (first - idle_for)),
+                    None => idle.as_mut().reset(tokio::time::Instant::now() + first),
                 }
             }
         }
