@@ -180,14 +180,16 @@ fn per_request(routes: &str, n: u64) -> (f64, f64) {
     ((a1 - a0) as f64 / n as f64, (b1 - b0) as f64 / n as f64)
 }
 
-/// The bound the proxy meets now; lower it when a change removes allocations, so
-/// that none creeps back.
-const MAX_PER_REQUEST: f64 = 6.0;
+/// The bound the proxy meets now (6.00: all six are hyper's, see the README); lower
+/// it when a change removes allocations, so that none creeps back. The tenth above
+/// the count is for the runtime's one-off allocations that land in the window now
+/// and then (one in 2000 requests is 0.0005); an allocation per request is 1.0.
+const MAX_PER_REQUEST: f64 = 6.1;
 
 #[test]
 fn a_proxied_request_allocates_little() {
     let (allocs, bytes) = per_request("r: * -> \"http://BACKEND\";", 2000);
-    eprintln!("proxied request: {allocs:.2} allocations, {bytes:.0} bytes");
+    eprintln!("proxied request: {allocs:.4} allocations, {bytes:.0} bytes");
     assert!(
         allocs <= MAX_PER_REQUEST,
         "{allocs:.2} allocations per proxied request ({bytes:.0} bytes), at most {MAX_PER_REQUEST}"
