@@ -101,6 +101,58 @@ pub struct LogRecord {
     pub audit: Option<HeaderValue>,
 }
 
+thread_local! {
+    /// Boxes of records whose lines are written, for the next requests of this
+    /// worker: a logged request then costs no allocation for its record.
+    #[expect(
+        clippy::vec_box,
+        reason = "the boxes themselves are what is kept: a request's Finish holds its record boxed"
+    )]
+    static SPARE_RECORDS: std::cell::RefCell<Vec<Box<LogRecord>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Records kept for reuse per worker; more than this in flight are allocated.
+const SPARE_RECORDS_MAX: usize = 256;
+
+impl LogRecord {
+    /// `self` in a box, one this worker's earlier requests gave back if there is one.
+    pub fn boxed(self) -> Box<LogRecord> {
+        match SPARE_RECORDS.with(|s| s.borrow_mut().pop()) {
+            Some(mut spare) => {
+                *spare = self;
+                spare
+            }
+            None => Box::new(self),
+        }
+    }
+
+    /// Keeps `record`'s box for [`LogRecord::boxed`], without the request's header
+    /// values and URI (they share the bytes of hyper's read buffers, which must not
+    /// stay held).
+    fn recycle(mut record: Box<LogRecord>) {
+        let r = &mut *record;
+        r.uri = Uri::default();
+        r.filtered_query = None;
+        for h in [
+            &mut r.forwarded_for,
+            &mut r.referer,
+            &mut r.user_agent,
+            &mut r.host,
+            &mut r.flow_id,
+            &mut r.audit,
+        ] {
+            *h = None;
+        }
+        SPARE_RECORDS.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_RECORDS_MAX {
+                s.push(record);
+            }
+        });
+    }
+}
+
 /// Header names looked up for every logged request, typed once: a lookup by `&str`
 /// would parse the name on every request.
 pub static FLOW_ID: HeaderName = HeaderName::from_static("x-flow-id");
@@ -272,8 +324,9 @@ impl ProxyBody {
 
     fn done(&mut self) {
         if let Some(f) = self.finish.take() {
-            if let Some(log) = &f.log {
+            if let Some(log) = f.log {
                 log.write(self.sent, f.started);
+                LogRecord::recycle(log);
             }
             f.activity.request_done();
         }

@@ -223,7 +223,7 @@ impl ServiceState {
     ) -> Option<Box<LogRecord>> {
         let log = self.shared.access_log.as_ref()?;
         let h = |name: &http::HeaderName| parts.headers.get(name).cloned();
-        Some(Box::new(LogRecord {
+        Some(LogRecord::boxed(LogRecord {
             log: Arc::clone(log),
             mask: mask.unwrap_or_else(|| Arc::from(Vec::new())),
             peer: peer.ip(),

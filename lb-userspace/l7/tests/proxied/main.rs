@@ -21,7 +21,10 @@ use std::{
     time::Duration,
 };
 
-use lb_l7::proxy::{L7Config, Proxy, ServiceInput};
+use lb_l7::{
+    accesslog::{AccessLog, AccessLogConfig},
+    proxy::{L7Config, Proxy, ServiceInput},
+};
 
 struct Counting;
 
@@ -152,11 +155,14 @@ fn free_port() -> u16 {
 
 /// Allocations and bytes per request over `n` requests after a warm-up (the
 /// connections, the pools and every buffer have grown by then).
-fn per_request(routes: &str, n: u64) -> (f64, f64) {
+/// With `log`, every request also gets an access-log line (to a sink that drops it).
+fn per_request(routes: &str, n: u64, log: bool) -> (f64, f64) {
     let backend = backend();
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let limits = L7Config::default().limits().expect("limits");
-    let mut proxy = Proxy::start(limits, 1, None, false).expect("proxy");
+    let log =
+        log.then(|| AccessLog::with_sink(AccessLogConfig::default(), Box::new(std::io::sink())));
+    let mut proxy = Proxy::start(limits, 1, log, true).expect("proxy");
     let routes = routes.replace("BACKEND", &backend.to_string());
     let errors = proxy.apply(&[ServiceInput {
         name: "s".into(),
@@ -188,10 +194,12 @@ const MAX_PER_REQUEST: f64 = 6.1;
 
 #[test]
 fn a_proxied_request_allocates_little() {
-    let (allocs, bytes) = per_request("r: * -> \"http://BACKEND\";", 2000);
-    eprintln!("proxied request: {allocs:.4} allocations, {bytes:.0} bytes");
-    assert!(
-        allocs <= MAX_PER_REQUEST,
-        "{allocs:.2} allocations per proxied request ({bytes:.0} bytes), at most {MAX_PER_REQUEST}"
-    );
+    for log in [false, true] {
+        let (allocs, bytes) = per_request("r: * -> \"http://BACKEND\";", 2000, log);
+        eprintln!("proxied request, access log {log}: {allocs:.4} allocations, {bytes:.0} bytes");
+        assert!(
+            allocs <= MAX_PER_REQUEST,
+            "{allocs:.2} allocations per proxied request ({bytes:.0} bytes; access log {log}), at most {MAX_PER_REQUEST}"
+        );
+    }
 }
