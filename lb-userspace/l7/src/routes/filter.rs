@@ -200,8 +200,8 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             }
             Filter::SetQuery(k, v) => {
                 let values = req.values(ex, None);
-                let (k, _) = k.apply(&values);
-                let (v, _) = v.apply(&values);
+                let (k, _) = k.apply_cow(&values);
+                let (v, _) = v.apply_cow(&values);
                 ex.query = query::set(&ex.query, &k, &v);
                 ex.rewritten = true;
             }
@@ -210,7 +210,7 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
                 ex.rewritten = true;
             }
             Filter::DropQuery(k) => {
-                let (k, _) = k.apply(&req.values(ex, None));
+                let (k, _) = k.apply_cow(&req.values(ex, None));
                 ex.query = query::drop(&ex.query, &k);
                 ex.rewritten = true;
             }

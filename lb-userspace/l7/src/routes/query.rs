@@ -2,12 +2,15 @@
 //! `setQuery` sees the same query from us as from skipper: pairs decoded, the key set,
 //! keys sorted, everything re-encoded with `QueryEscape`.
 
+use std::borrow::Cow;
+
 use super::template::Sink;
 
 /// `query` with `key` set to the single value `value` (added if absent).
 pub fn set(query: &str, key: &str, value: &str) -> String {
-    let mut pairs: Vec<(String, String)> = pairs(query).filter(|(k, _)| k != key).collect();
-    pairs.push((key.to_owned(), value.to_owned()));
+    let mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> =
+        pairs_cow(query).filter(|(k, _)| k != key).collect();
+    pairs.push((Cow::Borrowed(key), Cow::Borrowed(value)));
     encode(pairs, query.len() + key.len() + value.len() + 2)
 }
 
@@ -15,13 +18,13 @@ pub fn set(query: &str, key: &str, value: &str) -> String {
 /// come out sorted even when `key` was not there.
 pub fn drop(query: &str, key: &str) -> String {
     encode(
-        pairs(query).filter(|(k, _)| k != key).collect(),
+        pairs_cow(query).filter(|(k, _)| k != key).collect(),
         query.len(),
     )
 }
 
 /// Go's `Values.Encode`: keys sorted, a key's values in their order.
-fn encode(mut pairs: Vec<(String, String)>, capacity: usize) -> String {
+fn encode(mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)>, capacity: usize) -> String {
     pairs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = String::with_capacity(capacity);
     for (i, (k, v)) in pairs.iter().enumerate() {
@@ -39,6 +42,21 @@ fn encode(mut pairs: Vec<(String, String)>, capacity: usize) -> String {
 /// escape or a `;` are skipped.
 pub fn pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
     raw_pairs(query).filter_map(|(k, v)| Some((unescape(k)?, unescape(v)?)))
+}
+
+/// [`pairs`], borrowing every key and value that has nothing to decode: `set` and
+/// `drop` re-encode a query on every request of their routes, and most of its pairs
+/// are plain.
+fn pairs_cow(query: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> + '_ {
+    let plain = |s: &str| !s.bytes().any(|b| b == b'%' || b == b'+');
+    let decode = move |s| {
+        if plain(s) {
+            Some(Cow::Borrowed(s))
+        } else {
+            unescape(s).map(Cow::Owned)
+        }
+    };
+    raw_pairs(query).filter_map(move |(k, v)| Some((decode(k)?, decode(v)?)))
 }
 
 /// The `(key, value)` pairs before decoding, as [`pairs`] keeps them.

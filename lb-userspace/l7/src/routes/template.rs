@@ -171,6 +171,18 @@ impl Template {
         ok
     }
 
+    /// As [`Template::apply`], borrowing the text of a template without
+    /// placeholders instead of copying it for every request.
+    pub fn apply_cow(&self, v: &Values<'_>) -> (std::borrow::Cow<'_, str>, bool) {
+        match self.as_literal() {
+            Some(text) => (std::borrow::Cow::Borrowed(text), true),
+            None => {
+                let (text, ok) = self.apply(v);
+                (std::borrow::Cow::Owned(text), ok)
+            }
+        }
+    }
+
     /// The template applied to `v` as a string (invalid UTF-8 from header bytes
     /// replaced), and whether every placeholder resolved.
     pub fn apply(&self, v: &Values<'_>) -> (String, bool) {
