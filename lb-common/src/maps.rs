@@ -255,6 +255,21 @@ pub struct VipSlot {
 }
 const _: () = assert!(size_of::<VipSlot>() == 48);
 
+/// Slots of the data plane's per-CPU cache of clients' next hops (translated `nat`
+/// replies), a power of two.
+pub const CLIENT_HOP_SLOTS: u32 = 4096;
+
+/// The slot of a client's address in the cache of clients' next hops.
+#[inline(always)]
+pub const fn client_hop_slot(client: &Addr) -> u32 {
+    let [a, b, c, d] = client.0;
+    let mut x = a ^ b ^ c ^ d;
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x & (CLIENT_HOP_SLOTS - 1)
+}
+
 /// The slot of `key` in the VIP cache.
 #[inline(always)]
 pub const fn vip_slot(key: &VipKey) -> u32 {

@@ -17,7 +17,7 @@ use lb_common::{Backend, Counter, maps::BACKEND_F_IPV6};
 use crate::{
     Verdict,
     ctx::Ctx,
-    maps::{FIB_SCRATCH, NEXT_HOPS},
+    maps::{CLIENT_HOPS, FIB_SCRATCH, NEXT_HOPS},
     parse::{EthHdr, Packet},
 };
 
@@ -25,12 +25,13 @@ use crate::{
 /// long a changed neighbour (a backend moved to another MAC) can be missed.
 const NEXT_HOP_TTL_NS: u64 = 1_000_000_000;
 
-/// A backend's next hop as the FIB last resolved it, cached per CPU: the FIB lookup
-/// costs more than the rest of the established-flow path together.
+/// A backend's (or client's) next hop as the FIB last resolved it, cached per CPU: the
+/// FIB lookup costs more than the rest of the established-flow path together.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct NextHop {
-    /// The backend address this entry is for (a backend id can be reused later).
+    /// The address this entry is for (a backend id can be reused later; clients
+    /// share slots).
     pub addr: Addr,
     pub dmac: [u8; 6],
     pub smac: [u8; 6],
@@ -111,14 +112,15 @@ pub fn to_backend(
         proto: pkt.key.proto,
         tot_len: ctx.fib_len(pkt.ip_len),
     };
-    match resolve(ctx, &q, Some(backend_id), now) {
+    match resolve(ctx, &q, NEXT_HOPS.get_ptr_mut(backend_id), now) {
         Ok(hop) => send(ctx, pkt.eth, &hop),
         Err(verdict) => verdict,
     }
 }
 
-/// Sends a (translated) reply towards `client`: the FIB picks the next hop; clients
-/// are too many to cache.
+/// Sends a (translated) reply towards `client`: the FIB picks the next hop, cached per
+/// CPU in the client's slot (a client's replies come in runs; another client in the
+/// slot replaces it).
 #[inline(always)]
 pub fn to_client(ctx: &impl Ctx, pkt: &Packet, client: &Addr, now: u64) -> Verdict {
     let q = Query {
@@ -128,7 +130,12 @@ pub fn to_client(ctx: &impl Ctx, pkt: &Packet, client: &Addr, now: u64) -> Verdi
         proto: pkt.key.proto,
         tot_len: ctx.fib_len(pkt.ip_len),
     };
-    match resolve(ctx, &q, None, now) {
+    match resolve(
+        ctx,
+        &q,
+        CLIENT_HOPS.get_ptr_mut(lb_common::maps::client_hop_slot(client)),
+        now,
+    ) {
         Ok(hop) => send(ctx, pkt.eth, &hop),
         Err(verdict) => verdict,
     }
@@ -142,8 +149,8 @@ pub fn now() -> u64 {
     unsafe { bpf_ktime_get_coarse_ns() }
 }
 
-/// The next hop for `q` (from the per-backend cache when `cache_id` is given and the
-/// entry is fresh, else from the FIB). `now` is [`now`].
+/// The next hop for `q`: from `cache` (a slot of a per-CPU cache) when it holds `q`'s
+/// destination and is fresh, else from the FIB, which then fills it. `now` is [`now`].
 ///
 /// # Errors
 /// The verdict when there is none: an unresolved neighbour passes the packet to the
@@ -152,10 +159,9 @@ pub fn now() -> u64 {
 pub fn resolve(
     ctx: &impl Ctx,
     q: &Query<'_>,
-    cache_id: Option<u32>,
+    cache: Option<*mut NextHop>,
     now: u64,
 ) -> Result<Hop, Verdict> {
-    let cache = cache_id.and_then(|id| NEXT_HOPS.get_ptr_mut(id));
     if let Some(hop) = cache {
         // SAFETY: this CPU's slot, valid for this run.
         let hop = unsafe { &*hop };

@@ -62,6 +62,12 @@ pub static FIB_SCRATCH: PerCpuArray<aya_ebpf::bindings::bpf_fib_lookup> =
 pub static NEXT_HOPS: PerCpuArray<crate::forward::NextHop> =
     PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
 
+/// Per-CPU cache of clients' next hops (translated `nat` replies), direct-mapped by
+/// address (`lb_common::maps::client_hop_slot`).
+#[map(name = "LB_CLIENT_HOPS")]
+pub static CLIENT_HOPS: PerCpuArray<crate::forward::NextHop> =
+    PerCpuArray::with_max_entries(lb_common::maps::CLIENT_HOP_SLOTS, 0);
+
 /// VIP addresses whose echo requests are answered here.
 #[map(name = "LB_ECHO_ADDRS_V1")]
 pub static ECHO_ADDRS: HashMap<lb_common::AddrKey, u32> =

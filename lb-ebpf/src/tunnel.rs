@@ -236,7 +236,7 @@ fn segment_len(ctx: &impl Ctx, pkt: &Packet, segment: u32) -> u32 {
 /// stack frame cannot hold every step at once.
 #[inline(never)]
 fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
-    forward::resolve(ctx, q, Some(backend_id), now)
+    forward::resolve(ctx, q, crate::maps::NEXT_HOPS.get_ptr_mut(backend_id), now)
 }
 
 /// Grows the frame by the outer headers and writes them, from `src` to `backend`;

@@ -204,6 +204,11 @@ impl FixtureHost {
         }
     }
 
+    /// Runs `ip ARGS` in the namespace (a test's own routes or neighbours).
+    pub fn ip(&self, args: &[&str]) {
+        self.ns.ip(args);
+    }
+
     /// Runs `f` on a thread inside the namespace, under this host's hook.
     pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let hook = self.hook;

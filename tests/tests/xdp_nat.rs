@@ -8,7 +8,7 @@ use lb_model::{dataplane::ServiceSpec, dataplane::vip_key};
 use lb_testbed::{
     fixture::{
         CLIENT_ADDR, CLIENT_ADDR6, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, Outcome,
-        ROUTED_V4, ROUTED_V6, XdpRig, action, backend, backend6,
+        ROUTED_V4, ROUTED_V6, ROUTER, ROUTER_MAC, XdpRig, action, backend, backend6,
     },
     packet::{Packet, TCP, UDP, checksum},
     rng::{self, RngExt},
@@ -502,6 +502,50 @@ fn checksums_hold_for_random_flows_both_ways() {
     });
 }
 
+/// Replies find their client's next hop in a per-CPU cache slot by client address; a
+/// client sharing the slot of another (one on the link, one behind the router) gets
+/// its own MAC, before and after the other took the slot.
+fn clients_sharing_a_next_hop_slot_get_their_own_mac() {
+    lb_testbed::needs_root!();
+    let host = FixtureHost::new();
+    // Room to find a routed address in any slot: 198.19.128.0/17 behind the router.
+    host.ip(&[
+        "route",
+        "add",
+        "198.19.128.0/17",
+        "via",
+        &ROUTER.to_string(),
+    ]);
+    host.run(|| {
+        let mut rig = rig();
+        let slot = |a: Ipv4Addr| {
+            lb_common::maps::client_hop_slot(&lb_model::dataplane::addr16(IpAddr::V4(a)))
+        };
+        let routed = (1..0x8000u32)
+            .map(|n| Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 128, 0)) | n))
+            .find(|a| slot(*a) == slot(CLIENT_ADDR))
+            .expect("a routed address in the slot of CLIENT_ADDR");
+        let mut reply_to = |client: Ipv4Addr, sport: u16| {
+            let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+            let syn = Packet::tcp4(eth, client, sport, VIP, 80, b"");
+            let out = run(&mut rig, &syn.bytes, action::TX, Counter::Tx);
+            let to = Ipv4Addr::new(out.bytes[30], out.bytes[31], out.bytes[32], out.bytes[33]);
+            let eth = Packet::eth(HOST_MAC, [2, 0, 0, 0, 0, 0x99], 0x0800);
+            let nat_port = port_at(&out.bytes, 34);
+            let reply = Packet::tcp4(eth, to, 80, NAT_ADDR, nat_port, b"r");
+            let back = run(&mut rig, &reply.bytes, action::TX, Counter::TxNatReply);
+            <[u8; 6]>::try_from(&back.bytes[..6]).expect("a MAC")
+        };
+        assert_eq!(reply_to(CLIENT_ADDR, 41000), CLIENT_MAC);
+        assert_eq!(
+            reply_to(routed, 41001),
+            ROUTER_MAC,
+            "{routed} is behind the router"
+        );
+        assert_eq!(reply_to(CLIENT_ADDR, 41002), CLIENT_MAC);
+    });
+}
+
 lb_testbed::hook_tests!(
     ipv4_tcp_round_trip,
     ipv6_tcp_round_trip,
@@ -510,4 +554,5 @@ lb_testbed::hook_tests!(
     icmp_errors_about_nat_replies_reach_the_backend_translated,
     backends_on_their_own_port_are_reached_and_answer_from_the_vip_port,
     checksums_hold_for_random_flows_both_ways,
+    clients_sharing_a_next_hop_slot_get_their_own_mac,
 );
