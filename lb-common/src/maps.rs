@@ -33,6 +33,12 @@ pub mod names {
     pub const TC_TUNNEL_PROGRAM: &str = "lb_tc_tunnel";
     /// Tail-call targets of [`TC_PROGRAM`], at the indices of [`PROGS`].
     pub const TC_PROGS: &str = "LB_TC_PROGS_V1";
+    /// Per-CPU hand-over from the ingress program to its `nat` tail call (pinned with
+    /// the program arrays: an agent's tail calls run behind its predecessor's ingress
+    /// program until the swap).
+    pub const NAT_JOBS: &str = "LB_NAT_JOBS_V1";
+    /// Per-CPU hand-over to the `ipip`/`gue` tail call, pinned as [`NAT_JOBS`] is.
+    pub const TUNNEL_JOBS: &str = "LB_TUNNEL_JOBS_V1";
     /// VIP lookup: [`super::VipKey`] → [`super::VipInfo`].
     pub const VIPS: &str = "LB_VIPS_V2";
     /// A direct-mapped copy of [`VIPS`]: index [`super::vip_slot`] →

@@ -90,7 +90,10 @@ pub static NAT_SCRATCH: PerCpuArray<crate::nat::Scratch> = PerCpuArray::with_max
 
 /// Per-CPU hand-over from `lb_xdp` to `lb_nat`: the packet as parsed and the VIP
 /// found (or that it is a reply), so `lb_nat` neither parses nor looks up again.
-#[map(name = "LB_NAT_JOBS")]
+/// Pinned, like the program array it goes with: a restarted agent's `lb_nat` is in the
+/// array while the previous `lb_xdp` still runs, and reads what that one wrote (its
+/// layout is ABI; a changed one needs a new name).
+#[map(name = "LB_NAT_JOBS_V1")]
 pub static NAT_JOBS: PerCpuArray<crate::nat::Job> = PerCpuArray::with_max_entries(1, 0);
 
 /// Tail-call targets: `lb_nat` (`nat` flows), `lb_nat_icmp` (ICMP errors about them)
@@ -113,8 +116,9 @@ pub const PROG_TUNNEL: u32 = 2;
 pub static TC_PROGS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 
 /// Per-CPU hand-over from `lb_xdp` to `lb_tunnel`: the packet as parsed and the
-/// backend chosen, so the encapsulation neither parses nor looks up again.
-#[map(name = "LB_TUNNEL_JOBS")]
+/// backend chosen, so the encapsulation neither parses nor looks up again. Pinned, as
+/// [`NAT_JOBS`] is.
+#[map(name = "LB_TUNNEL_JOBS_V1")]
 pub static TUNNEL_JOBS: PerCpuArray<crate::tunnel::Job> = PerCpuArray::with_max_entries(1, 0);
 
 /// The VIP-address prefilter (see `lb_common::maps::vip_filter_slot`): a bit per

@@ -108,8 +108,8 @@ pub fn hand_over(ctx: &impl Ctx, pkt: &Packet, vip: Option<&VipInfo>) -> Verdict
     unavailable
 }
 
-/// In `lb_nat`: the packet `lb_xdp` handed over, and its VIP (`None`: a reply).
-/// `None` only if the frame lost its Ethernet header, which cannot happen.
+/// In `lb_nat`: the packet `lb_xdp` handed over, and its VIP (`None`: a reply);
+/// `None` if the slot does not describe this frame (see `parse::describes`).
 #[inline(always)]
 pub fn take_job(ctx: &impl Ctx) -> Option<(Packet, Option<&'static VipInfo>)> {
     let job = NAT_JOBS.get_ptr(0)?;
@@ -132,6 +132,9 @@ pub fn take_job(ctx: &impl Ctx) -> Option<(Packet, Option<&'static VipInfo>)> {
         l4: l3 + if ipv6 { IPV6_LEN } else { IPV4_LEN },
         tcp_flags: job.tcp_flags,
     };
+    if !crate::parse::describes(ctx, &pkt) {
+        return None;
+    }
     Some((pkt, (job.has_vip != 0).then_some(&job.vip)))
 }
 

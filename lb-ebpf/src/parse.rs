@@ -125,6 +125,47 @@ pub fn refresh<C: Ctx>(ctx: &C, pkt: &mut Packet) -> bool {
     true
 }
 
+/// Whether `pkt` (rebuilt from a per-CPU hand-over) describes the frame in `ctx`: its
+/// IP version and protocol, addresses and ports are the frame's. A hand-over slot is
+/// written by the `lb_xdp` that tail-calls, but a restarted agent puts its tail-call
+/// programs into the pinned program array before its own `lb_xdp` replaces the old
+/// one, and the old one writes no slot (or another map's): the slot then holds zeros
+/// or another packet's, which must not be applied to this one.
+#[inline(always)]
+pub fn describes(ctx: &impl Ctx, pkt: &Packet) -> bool {
+    let key = &pkt.key;
+    let Some(ports) = ptr_at::<L4Ports>(ctx, pkt.l4) else {
+        return false;
+    };
+    // SAFETY: ptr_at checked every header read here.
+    unsafe {
+        if u16::from_ne_bytes((*ports).src) != key.src_port_be
+            || u16::from_ne_bytes((*ports).dst) != key.dst_port_be
+        {
+            return false;
+        }
+        if pkt.ipv6 {
+            let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
+                return false;
+            };
+            (*ip).vtc_flow[0] >> 4 == 6
+                && (*ip).next_hdr == key.proto
+                && Addr::from_octets((*ip).src) == key.src
+                && Addr::from_octets((*ip).dst) == key.dst
+        } else {
+            let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
+                return false;
+            };
+            (*ip).version_ihl == 0x45
+                && (*ip).proto == key.proto
+                && key.src.is_v4_mapped()
+                && key.dst.is_v4_mapped()
+                && u32::from_ne_bytes((*ip).src) == key.src.v4_word()
+                && u32::from_ne_bytes((*ip).dst) == key.dst.v4_word()
+        }
+    }
+}
+
 /// A TCP or UDP packet over IPv4 or IPv6, with what lookup and forwarding need.
 pub struct Packet {
     /// The Ethernet header, for the MAC rewrite.

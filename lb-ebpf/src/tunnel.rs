@@ -134,6 +134,12 @@ pub fn steer(ctx: &impl Ctx) -> Verdict {
         l4,
         tcp_flags: job.tcp_flags,
     };
+    // A slot that does not describe this frame (see `parse::describes`) names no
+    // backend for it: dropped, never sent to another flow's backend. (An ICMP error's
+    // key is the flow it quotes, not its own headers.)
+    if pkt.kind == Kind::Flow && !crate::parse::describes(ctx, &pkt) {
+        return Verdict::drop(Counter::DropTunnelUnavailable);
+    }
     let verdict = to_backend(ctx, &pkt, job.backend_id, backend, job.gue != 0);
     if verdict.forwarded() {
         let bytes = ctx.len() as u64;

@@ -381,6 +381,29 @@ impl XdpRig {
         self.run_timed(packet, false).0
     }
 
+    /// Runs one packet through the loaded XDP program `name` itself (a tail-call
+    /// target, as an agent's older `lb_xdp` would reach it), not through `lb_xdp`.
+    pub fn run_program(&mut self, name: &'static str, packet: &[u8]) -> Outcome {
+        let mut out = vec![0u8; packet.len() + 256];
+        let md: [u32; 6] = [0, packet.len() as u32, 0, self.ifindex, 0, 0];
+        let md_bytes: Vec<u8> = md.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(packet);
+        opts.data_out = Some(&mut out);
+        opts.ctx_in = Some(&md_bytes);
+        let result = self
+            .dataplane
+            .xdp_program(name)
+            .expect("program")
+            .test_run(opts)
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        Outcome {
+            action: result.return_value,
+            bytes: out,
+        }
+    }
+
     /// Runs one packet through the load balancer (or, with `floor`, through the
     /// pass-everything program) and returns the kernel-measured run time too.
     pub fn run_timed(&mut self, packet: &[u8], floor: bool) -> (Outcome, std::time::Duration) {

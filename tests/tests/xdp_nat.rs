@@ -546,6 +546,36 @@ fn clients_sharing_a_next_hop_slot_get_their_own_mac() {
     });
 }
 
+/// `lb_nat` reached without its hand-over (the slot holds zeros, or another packet's,
+/// as in the instant an agent upgrades from a release before the hand-over: its new
+/// `lb_nat` runs behind the old `lb_xdp`): the packet is dropped and counted, never
+/// translated with another packet's addresses. (XDP: the TC twin shares the code, and
+/// its hook's rig reaches `lb_tc_nat` only by tail call.)
+#[test]
+fn lb_nat_without_its_hand_over_translates_nothing() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let eth = || Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+        let name = lb_common::maps::names::NAT_PROGRAM;
+        let before = rig.counter(Counter::DropNatUnavailable);
+        let first = Packet::tcp4(eth(), CLIENT_ADDR, 42000, VIP, 80, b"one");
+        let out = rig.run_program(name, &first.bytes);
+        assert_eq!(out.action, action::DROP, "a zero slot");
+        // lb_xdp hands `other` over; `second` then reaches lb_nat directly.
+        let other = Packet::tcp4(eth(), CLIENT_ADDR, 42001, VIP, 80, b"two");
+        run(&mut rig, &other.bytes, action::TX, Counter::Tx);
+        let second = Packet::udp4(eth(), CLIENT_ADDR, 42002, VIP, 53, b"three");
+        let out = rig.run_program(name, &second.bytes);
+        assert_eq!(out.action, action::DROP, "a slot of another packet");
+        assert_eq!(out.bytes, second.bytes, "untouched");
+        assert_eq!(rig.counter(Counter::DropNatUnavailable) - before, 2);
+        // Handed over, the same packet is translated.
+        let out = run(&mut rig, &second.bytes, action::TX, Counter::Tx);
+        assert_checksums_valid(&out.bytes);
+    });
+}
+
 lb_testbed::hook_tests!(
     ipv4_tcp_round_trip,
     ipv6_tcp_round_trip,

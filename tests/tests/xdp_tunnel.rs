@@ -728,6 +728,37 @@ fn tc_forwards_a_gro_merged_packet_whole() {
     });
 }
 
+/// `lb_tunnel` reached without its hand-over (a restarted agent's, while the old
+/// `lb_xdp` still runs and writes no slot of the new map; or a slot left by another
+/// packet): the packet is dropped, never encapsulated to the backend a zero or stale
+/// slot names.
+#[test]
+fn lb_tunnel_without_its_hand_over_sends_nothing_to_a_backend() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let v4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
+        let mut rig = rig(vec![spec(
+            IpAddr::V4(VIP),
+            80,
+            TCP,
+            ForwardingMode::Ipip,
+            &v4,
+        )]);
+        let name = lb_common::maps::names::TUNNEL_PROGRAM;
+        let p = Packet::tcp4(eth4(), CLIENT, 43000, VIP, 80, b"x").bytes;
+        let before = rig.counter(Counter::DropTunnelUnavailable);
+        let out = rig.run_program(name, &p);
+        assert_eq!(out.action, action::DROP, "a zero slot");
+        // lb_xdp hands another flow over; this packet then reaches lb_tunnel directly.
+        let other = Packet::tcp4(eth4(), CLIENT, 43001, VIP, 80, b"y").bytes;
+        assert_eq!(rig.run(&other).action, action::TX);
+        let out = rig.run_program(name, &p);
+        assert_eq!(out.action, action::DROP, "a slot of another packet");
+        assert_eq!(out.bytes, p, "untouched");
+        assert_eq!(rig.counter(Counter::DropTunnelUnavailable) - before, 2);
+    });
+}
+
 lb_testbed::hook_tests!(
     ipip_and_gue_encapsulate_every_family_pair_with_exact_bytes,
     a_vlan_tag_stays_and_a_routed_backend_gets_the_routers_mac,

@@ -42,8 +42,10 @@ pub static BPF_OBJECT_LOG: &[u8] =
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 18] = [
+pub const PINNED_MAPS: [&str; 20] = [
     names::ECHO_ADDRS,
+    names::NAT_JOBS,
+    names::TUNNEL_JOBS,
     names::NAT,
     names::NAT_FLOWS,
     names::EMBRYONIC,
@@ -357,6 +359,22 @@ impl KernelDataplane {
     /// Only if the object lacks the program, which `load` already ruled out.
     pub fn program(&mut self) -> Result<&mut Xdp, DataplaneError> {
         xdp_of(&mut self.ebpf)
+    }
+
+    /// The loaded XDP program `name` (a tail-call target too), for tests that run one
+    /// directly.
+    ///
+    /// # Errors
+    /// No such XDP program in the object, or it is not loaded.
+    pub fn xdp_program(&mut self, name: &'static str) -> Result<&mut Xdp, DataplaneError> {
+        self.ebpf
+            .program_mut(name)
+            .ok_or(DataplaneError::Missing {
+                what: "program",
+                name,
+            })?
+            .try_into()
+            .map_err(program_error(format!("{name} is not XDP")))
     }
 
     /// Every loaded program with the number of instructions the verifier processed for
