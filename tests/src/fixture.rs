@@ -384,24 +384,9 @@ impl XdpRig {
     /// Runs one packet through the loaded XDP program `name` itself (a tail-call
     /// target, as an agent's older `lb_xdp` would reach it), not through `lb_xdp`.
     pub fn run_program(&mut self, name: &'static str, packet: &[u8]) -> Outcome {
-        let mut out = vec![0u8; packet.len() + 256];
-        let md: [u32; 6] = [0, packet.len() as u32, 0, self.ifindex, 0, 0];
-        let md_bytes: Vec<u8> = md.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(packet);
-        opts.data_out = Some(&mut out);
-        opts.ctx_in = Some(&md_bytes);
-        let result = self
-            .dataplane
-            .xdp_program(name)
-            .expect("program")
-            .test_run(opts)
-            .expect("BPF_PROG_TEST_RUN");
-        out.truncate(result.data_size_out as usize);
-        Outcome {
-            action: result.return_value,
-            bytes: out,
-        }
+        let ifindex = self.ifindex;
+        let prog = self.dataplane.xdp_program(name).expect("program");
+        test_run_xdp(prog, ifindex, packet).0
     }
 
     /// Runs one packet through the load balancer (or, with `floor`, through the
@@ -410,30 +395,13 @@ impl XdpRig {
         if self.hook == Hook::Tc && !floor {
             return self.run_tc(packet, 0);
         }
-        let mut out = vec![0u8; packet.len() + 256];
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
-        // egress_ifindex. The kernel wants data = meta length (0) and data_end = size.
-        let md: [u32; 6] = [0, packet.len() as u32, 0, self.ifindex, 0, 0];
-        let md_bytes: Vec<u8> = md.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(packet);
-        opts.data_out = Some(&mut out);
-        opts.ctx_in = Some(&md_bytes);
+        let ifindex = self.ifindex;
         let prog = if floor {
             self.dataplane.pass_program()
         } else {
             self.dataplane.program()
         };
-        let result = prog
-            .expect("program")
-            .test_run(opts)
-            .expect("BPF_PROG_TEST_RUN");
-        out.truncate(result.data_size_out as usize);
-        let outcome = Outcome {
-            action: result.return_value,
-            bytes: out,
-        };
-        (outcome, result.duration)
+        test_run_xdp(prog.expect("program"), ifindex, packet)
     }
 
     /// Runs one packet through `lb_tc` as an skb received on `eth0`, GSO with
@@ -537,4 +505,29 @@ impl XdpRig {
     pub fn counters(&self) -> Vec<u64> {
         Counter::ALL.iter().map(|c| self.counter(*c)).collect()
     }
+}
+
+/// One `BPF_PROG_TEST_RUN` of the XDP program `prog` on `packet`, as if received on
+/// interface `ifindex`: the outcome and the kernel-measured run time.
+fn test_run_xdp(
+    prog: &mut aya::programs::Xdp,
+    ifindex: u32,
+    packet: &[u8],
+) -> (Outcome, std::time::Duration) {
+    let mut out = vec![0u8; packet.len() + 256];
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+    // egress_ifindex. The kernel wants data = meta length (0) and data_end = size.
+    let md: [u32; 6] = [0, packet.len() as u32, 0, ifindex, 0, 0];
+    let md_bytes: Vec<u8> = md.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(packet);
+    opts.data_out = Some(&mut out);
+    opts.ctx_in = Some(&md_bytes);
+    let result = prog.test_run(opts).expect("BPF_PROG_TEST_RUN");
+    out.truncate(result.data_size_out as usize);
+    let outcome = Outcome {
+        action: result.return_value,
+        bytes: out,
+    };
+    (outcome, result.duration)
 }

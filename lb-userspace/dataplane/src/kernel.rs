@@ -337,16 +337,7 @@ impl KernelDataplane {
     /// # Errors
     /// The object lacks it or the kernel refuses to load it.
     pub fn pass_program(&mut self) -> Result<&mut Xdp, DataplaneError> {
-        let missing = DataplaneError::Missing {
-            what: "program",
-            name: names::XDP_PASS_PROGRAM,
-        };
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(names::XDP_PASS_PROGRAM)
-            .ok_or(missing)?
-            .try_into()
-            .map_err(program_error("xdp_pass is not XDP"))?;
+        let prog = xdp_of(&mut self.ebpf, names::XDP_PASS_PROGRAM)?;
         if prog.fd().is_err() {
             prog.load().map_err(program_error("loading xdp_pass"))?;
         }
@@ -358,7 +349,7 @@ impl KernelDataplane {
     /// # Errors
     /// Only if the object lacks the program, which `load` already ruled out.
     pub fn program(&mut self) -> Result<&mut Xdp, DataplaneError> {
-        xdp_of(&mut self.ebpf)
+        xdp_of(&mut self.ebpf, names::XDP_PROGRAM)
     }
 
     /// The loaded XDP program `name` (a tail-call target too), for tests that run one
@@ -367,14 +358,7 @@ impl KernelDataplane {
     /// # Errors
     /// No such XDP program in the object, or it is not loaded.
     pub fn xdp_program(&mut self, name: &'static str) -> Result<&mut Xdp, DataplaneError> {
-        self.ebpf
-            .program_mut(name)
-            .ok_or(DataplaneError::Missing {
-                what: "program",
-                name,
-            })?
-            .try_into()
-            .map_err(program_error(format!("{name} is not XDP")))
+        xdp_of(&mut self.ebpf, name)
     }
 
     /// Every loaded program with the number of instructions the verifier processed for
@@ -678,14 +662,15 @@ pub(crate) fn remove_link_pin(path: &Path) -> Result<(), DataplaneError> {
     })
 }
 
-fn xdp_of(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
+/// The XDP program `name` of `ebpf`.
+fn xdp_of<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp, DataplaneError> {
     let missing = DataplaneError::Missing {
         what: "program",
-        name: names::XDP_PROGRAM,
+        name,
     };
-    let prog = ebpf.program_mut(names::XDP_PROGRAM).ok_or(missing)?;
+    let prog = ebpf.program_mut(name).ok_or(missing)?;
     prog.try_into()
-        .map_err(program_error("the program is not XDP"))
+        .map_err(program_error(format!("{name} is not XDP")))
 }
 
 impl lb_model::dataplane::Traffic for KernelDataplane {
