@@ -36,9 +36,7 @@ use crate::{
     ctx::Ctx,
     lookup::{Choice, NoChoice, entry_for, table_choice, valid},
     maps::{BACKENDS, CONFIG, NAT, NAT_FLOWS, NAT_JOBS, NAT_SCRATCH, PROG_NAT},
-    parse::{
-        ETH_LEN, EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, L4Ports, Packet, ptr_at, tcp,
-    },
+    parse::{ETH_LEN, EthHdr, Ipv4Hdr, Ipv6Hdr, Kind, L4Ports, Packet, ptr_at, tcp},
     stats::count,
 };
 
@@ -117,21 +115,15 @@ pub fn take_job(ctx: &impl Ctx) -> Option<(Packet, Option<&'static VipInfo>)> {
     // as long as the map, and nothing writes it during this run.
     let job: &'static Job = unsafe { &*job };
     let eth = ptr_at::<EthHdr>(ctx, 0)?;
-    // Offsets rebuilt from what they can be (a link header of 14 or 18 bytes, an IP
-    // header without options), so the verifier knows them as small constants; each
-    // header access is bounds-checked again where it is made.
-    let ipv6 = job.ipv6 != 0;
-    let l3 = if job.vlan != 0 { ETH_LEN + 4 } else { ETH_LEN };
-    let pkt = Packet {
+    let pkt = crate::parse::handed_over(
         eth,
-        key: job.key,
-        ipv6,
-        ip_len: job.ip_len,
-        kind: Kind::Flow,
-        l3,
-        l4: l3 + if ipv6 { IPV6_LEN } else { IPV4_LEN },
-        tcp_flags: job.tcp_flags,
-    };
+        &job.key,
+        job.ipv6 != 0,
+        job.vlan != 0,
+        job.ip_len,
+        Kind::Flow,
+        job.tcp_flags,
+    );
     if !crate::parse::describes(ctx, &pkt) {
         return None;
     }

@@ -125,6 +125,34 @@ pub fn refresh<C: Ctx>(ctx: &C, pkt: &mut Packet) -> bool {
     true
 }
 
+/// A packet as `lb_xdp` parsed it, rebuilt in a tail call from its per-CPU hand-over
+/// (`eth` the frame's Ethernet header). Offsets are rebuilt from what they can be (a
+/// link header of 14 or 18 bytes, an IP header without options), so the verifier
+/// knows them as small constants; each header access is bounds-checked where it is
+/// made. Whether the slot was this frame's is [`describes`]' to say.
+#[inline(always)]
+pub fn handed_over(
+    eth: *mut EthHdr,
+    key: &FlowKey,
+    ipv6: bool,
+    vlan: bool,
+    ip_len: u16,
+    kind: Kind,
+    tcp_flags: u8,
+) -> Packet {
+    let l3 = if vlan { ETH_LEN + VLAN_LEN } else { ETH_LEN };
+    Packet {
+        eth,
+        key: *key,
+        ipv6,
+        ip_len,
+        kind,
+        l3,
+        l4: l3 + if ipv6 { IPV6_LEN } else { IPV4_LEN },
+        tcp_flags,
+    }
+}
+
 /// Whether `pkt` (rebuilt from a per-CPU hand-over) describes the frame in `ctx`: its
 /// IP version and protocol, addresses and ports are the frame's. A hand-over slot is
 /// written by the `lb_xdp` that tail-calls, but a restarted agent puts its tail-call

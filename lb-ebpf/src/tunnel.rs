@@ -115,25 +115,20 @@ pub fn steer(ctx: &impl Ctx) -> Verdict {
     let Some(backend) = BACKENDS.get(job.backend_id) else {
         return Verdict::drop(Counter::DropNoBackend);
     };
-    // Offsets rebuilt from what they can be (a link header of 14 or 18 bytes, an IP
-    // header without options), so the verifier knows them as small constants.
-    let ipv6 = job.ipv6 != 0;
-    let l3 = if job.l3 == 18 { 18 } else { 14 };
-    let l4 = l3 + if ipv6 { IPV6_LEN } else { IPV4_LEN };
-    let pkt = Packet {
-        eth,
-        key: job.key,
-        ipv6,
-        ip_len: job.ip_len,
-        kind: if job.icmp_error != 0 {
-            Kind::IcmpError
-        } else {
-            Kind::Flow
-        },
-        l3,
-        l4,
-        tcp_flags: job.tcp_flags,
+    let kind = if job.icmp_error != 0 {
+        Kind::IcmpError
+    } else {
+        Kind::Flow
     };
+    let pkt = crate::parse::handed_over(
+        eth,
+        &job.key,
+        job.ipv6 != 0,
+        job.l3 == 18,
+        job.ip_len,
+        kind,
+        job.tcp_flags,
+    );
     // A slot that does not describe this frame (see `parse::describes`) names no
     // backend for it: dropped, never sent to another flow's backend. (An ICMP error's
     // key is the flow it quotes, not its own headers.)
