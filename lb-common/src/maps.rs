@@ -54,6 +54,15 @@ pub mod names {
     /// [`super::FlowEntry`]. The layout of V3 is kept (new fields took over padding that
     /// was zero), so flows pinned by an older agent survive an upgrade.
     pub const CONNTRACK: &str = "LB_CONNTRACK_V3";
+    /// The generation of the data plane's per-CPU flow cache: index 0 → `u64`, a random
+    /// value replaced after every removal or rewrite of a conntrack entry
+    /// ([`super::FlowCacheSlot`]). Pinned, so that the programs of an agent and of its
+    /// successor, which share the conntrack table, invalidate each other's caches.
+    pub const FLOW_CACHE_GEN: &str = "LB_FLOW_CACHE_GEN_V1";
+    /// The per-CPU flow cache in front of [`CONNTRACK`]: index
+    /// [`super::flow_cache_slot`] → [`super::FlowCacheSlot`]. Not pinned: a cache, each
+    /// load starts empty.
+    pub const FLOW_CACHE: &str = "LB_FLOW_CACHE_V1";
     /// Flows that have only sent a SYN (or one UDP datagram): [`super::FlowKey`] →
     /// [`super::FlowEntry`]. Promoted to [`CONNTRACK`] by the client's next packet.
     pub const EMBRYONIC: &str = "LB_CT_EMBRYONIC_V1";
@@ -260,6 +269,62 @@ pub struct VipSlot {
     pub info: VipInfo,
 }
 const _: () = assert!(size_of::<VipSlot>() == 48);
+
+/// Slots of the per-CPU flow cache ([`names::FLOW_CACHE`]), a power of two: 8,192
+/// slots of 72 bytes, 576 KiB per CPU.
+pub const FLOW_CACHE_SLOTS: u32 = 8192;
+
+/// How long a flow-cache slot answers before its flow is looked up in conntrack again
+/// (2^27 ns, about 134 ms): the lookup marks the entry as used in the LRU, so a hot
+/// flow's entry is never the least recently used, and it finds entries the table lost.
+pub const FLOW_CACHE_TTL_NS: u64 = 1 << 27;
+
+/// How long after its expiry a flow-cache slot may still put back the conntrack entry
+/// of its flow that the table lost (2^30 ns, about a second): longer, and the flow is
+/// no longer known to be live.
+pub const FLOW_CACHE_KEEP_NS: u64 = 1 << 30;
+
+/// One slot of the per-CPU flow cache: a conntrack entry this CPU found (or promoted)
+/// for `key`, good until `expires_ns` while `generation` is the cache's current
+/// generation ([`names::FLOW_CACHE_GEN`]).
+///
+/// An established `dsr` packet costs a conntrack lookup (hashing the 40-byte key,
+/// walking a bucket, comparing the key out of line: ~15 ns); a slot costs an inlined
+/// array read and a compare. A slot is only ever a hit or a miss, never a wrong
+/// answer: whoever removes or rewrites a conntrack entry (the data plane or the agent)
+/// then stores a new random generation, which every CPU's next packet sees, and an
+/// entry's backend identity is checked on every hit as on a conntrack hit. All-zero is
+/// empty: no packet's key has protocol 0.
+///
+/// The generation is a random 64-bit value rather than a counter: a store of a fresh
+/// one needs no atomic read-modify-write (which BPF programs written in Rust cannot
+/// express), and two writers racing both leave a value no slot was filled with.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowCacheSlot {
+    /// The flow.
+    pub key: FlowKey,
+    /// Its conntrack entry as found.
+    pub entry: FlowEntry,
+    /// `bpf_ktime_get_coarse_ns` after which the slot is checked against conntrack.
+    pub expires_ns: u64,
+    /// The cache's generation when the slot was filled.
+    pub generation: u64,
+}
+const _: () = assert!(size_of::<FlowCacheSlot>() == 72);
+
+/// The slot of `key` in the per-CPU flow cache. A collision only costs the colliding
+/// flows conntrack lookups: a slot holds its key and answers for no other.
+#[inline(always)]
+pub const fn flow_cache_slot(key: &FlowKey) -> u32 {
+    let [a, b, c, d] = key.src.0;
+    let ports = ((key.src_port_be as u32) << 16) | key.dst_port_be as u32;
+    let mut x = a ^ b ^ c ^ d ^ key.dst.0[3].rotate_left(7) ^ ports.rotate_left(13);
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x & (FLOW_CACHE_SLOTS - 1)
+}
 
 /// Slots of the data plane's per-CPU cache of clients' next hops (translated `nat`
 /// replies), a power of two.
@@ -631,6 +696,7 @@ mod pod {
     unsafe impl aya::Pod for super::AddrKey {}
     unsafe impl aya::Pod for super::VipInfo {}
     unsafe impl aya::Pod for super::VipSlot {}
+    unsafe impl aya::Pod for super::FlowCacheSlot {}
     unsafe impl aya::Pod for super::TableChunk {}
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::FlowKey {}

@@ -9,6 +9,7 @@ use lb_common::{
 };
 
 use crate::{
+    flowcache,
     maps::{
         BACKENDS, CONFIG, CONNTRACK, ECHO_ADDRS, EMBRYONIC, SERVICE_BACKENDS, TABLE_CHUNKS_MAP,
         VIP_SLOTS, VIPS,
@@ -153,9 +154,10 @@ pub fn entry_for(vip: &VipInfo, backend_id: u32, backend: &Backend, nat_port_be:
 /// The backend of a `dsr` packet. Flow state is admitted in two steps, so that packets
 /// that cannot complete a handshake never displace flows that did:
 ///
-/// 1. An established entry wins (whatever the table says now). A SYN finding one whose
-///    backend no longer takes new flows (or whose identity fails) is a new connection
-///    on a reused 5-tuple: the entry goes and the SYN is a new flow.
+/// 1. An established entry wins (whatever the table says now): from this CPU's flow
+///    cache ([`flowcache`]) when it holds the flow, else from conntrack. A SYN finding
+///    one whose backend no longer takes new flows (or whose identity fails) is a new
+///    connection on a reused 5-tuple: the entry goes and the SYN is a new flow.
 /// 2. A packet that may open a flow (TCP SYN, any UDP datagram) and has no entry takes
 ///    the table's choice into the embryonic table (a retransmitted SYN keeps the choice
 ///    it made); its next packet (the handshake's ACK, the next datagram) moves it to the
@@ -163,25 +165,32 @@ pub fn entry_for(vip: &VipInfo, backend_id: u32, backend: &Backend, nat_port_be:
 /// 3. A TCP packet that is not a SYN and has neither entry is forwarded by the table as
 ///    it is now, creating nothing (counted `non_syn_miss`): a flood of spoofed ACKs
 ///    costs lookups, not state.
+///
+/// `now` is `forward::now`.
 #[inline(always)]
-pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoChoice> {
-    // SAFETY: as in `vip`.
-    if let Some(entry) = unsafe { CONNTRACK.get(key) } {
-        let entry = *entry;
+pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Choice, NoChoice> {
+    let slot = flowcache::Slot::of(key);
+    let syn = may_open && key.proto == proto::TCP;
+    // The established packet's path: a fresh slot and a valid entry, nothing else.
+    if let Some(s) = &slot
+        && let Some(entry) = s.fresh(key, now)
+        && let Some(backend) = valid(vip, &entry)
+        && (!syn || backend.flags & BACKEND_F_NO_NEW == 0)
+    {
+        return Ok(Choice::pinned(entry.backend_id, backend));
+    }
+    if let Some(entry) = established(key, slot.as_ref(), now) {
         match valid(vip, &entry) {
-            Some(backend)
-                if !(may_open && key.proto == proto::TCP)
-                    || backend.flags & BACKEND_F_NO_NEW == 0 =>
-            {
+            Some(backend) if !syn || backend.flags & BACKEND_F_NO_NEW == 0 => {
                 return Ok(Choice::pinned(entry.backend_id, backend));
             }
             // Stale (identity) or a SYN for a backend that takes no new flows.
             _ => {
                 let _ = CONNTRACK.remove(key);
+                flowcache::invalidate();
             }
         }
     }
-    let syn = may_open && key.proto == proto::TCP;
     // A SYN looks the half-open table up too: a retransmission keeps its first choice
     // (unless that backend stopped taking new flows, or the entry is not its own any
     // more) for one lookup, where a failed insert would cost an LRU pop and push
@@ -194,6 +203,9 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoCho
             Some(backend) if !syn => {
                 // The flow's second packet: it is established now.
                 let _ = CONNTRACK.insert(key, entry, 0);
+                if let Some(slot) = &slot {
+                    slot.fill(key, &entry, now);
+                }
                 let _ = EMBRYONIC.remove(key);
                 count(Counter::EmbryonicPromoted);
                 return Ok(Choice::pinned(entry.backend_id, backend));
@@ -244,6 +256,32 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool) -> Result<Choice, NoCho
         new_flow: true,
         nat_port_be: 0,
     })
+}
+
+/// A flow's established entry from conntrack (which then fills the cache slot); the
+/// caller found no fresh slot to use. An expired slot whose entry conntrack lost is
+/// put back: only eviction loses an entry without a new generation, and the flow is
+/// still live.
+#[inline(always)]
+fn established(key: &FlowKey, slot: Option<&flowcache::Slot>, now: u64) -> Option<FlowEntry> {
+    let expired = slot.and_then(|s| s.expired(key, now));
+    // SAFETY: as in `vip`.
+    let mut found = unsafe { CONNTRACK.get(key) }.copied();
+    if found.is_none()
+        && let Some(lost) = expired
+    {
+        // Another CPU may have put it back (or promoted a new flow) since the lookup:
+        // what the table holds then stands.
+        found = match CONNTRACK.insert(key, lost, u64::from(BPF_NOEXIST)) {
+            Ok(()) => Some(lost),
+            // SAFETY: as in `vip`.
+            Err(_) => unsafe { CONNTRACK.get(key) }.copied(),
+        };
+    }
+    if let (Some(entry), Some(slot)) = (&found, slot) {
+        slot.fill(key, entry, now);
+    }
+    found
 }
 
 /// Maglev lookup: the seeded flow hash picks a slot, the slot a position in the

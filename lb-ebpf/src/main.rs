@@ -21,6 +21,7 @@ mod log;
 mod csum;
 mod ctx;
 mod decap;
+mod flowcache;
 mod forward;
 mod icmp;
 mod lookup;
@@ -183,10 +184,11 @@ fn steer(ctx: &impl Ctx) -> Verdict {
     if vip.mode == ForwardingMode::L7 as u32 {
         return Verdict::pass(Counter::PassL7);
     }
+    let now = forward::now();
     let choice = if pkt.kind == Kind::IcmpError {
         lookup::owner(vip, &pkt.key).ok_or(lookup::NoChoice::NoBackend)
     } else {
-        lookup::dsr(vip, &pkt.key, pkt.may_open())
+        lookup::dsr(vip, &pkt.key, pkt.may_open(), now)
     };
     let choice = match choice {
         Ok(choice) => choice,
@@ -195,7 +197,6 @@ fn steer(ctx: &impl Ctx) -> Verdict {
     if vip.mode == ForwardingMode::Ipip as u32 || vip.mode == ForwardingMode::Gue as u32 {
         return tunnel::hand_over(ctx, &pkt, &choice, vip);
     }
-    let now = forward::now();
     let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
     if pkt.kind == Kind::IcmpError {
         verdict = verdict.forwarded_as(Sent::IcmpError);

@@ -44,6 +44,16 @@ pub static TABLE_CHUNKS_MAP: Array<TableChunk> = Array::with_max_entries(TABLE_C
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry> =
     LruHashMap::with_max_entries(CONNTRACK_ENTRIES, 0);
 
+/// The per-CPU flow cache in front of [`CONNTRACK`] (see `lb_common::FlowCacheSlot`
+/// and `flowcache.rs`).
+#[map(name = "LB_FLOW_CACHE_V1")]
+pub static FLOW_CACHE: PerCpuArray<lb_common::maps::FlowCacheSlot> =
+    PerCpuArray::with_max_entries(lb_common::maps::FLOW_CACHE_SLOTS, 0);
+
+/// The flow cache's generation (`lb_common::FlowCacheSlot`), pinned.
+#[map(name = "LB_FLOW_CACHE_GEN_V1")]
+pub static FLOW_CACHE_GEN: Array<u64> = Array::with_max_entries(1, 0);
+
 /// Flows that have sent only their first packet (a SYN, one datagram). Per-CPU LRU
 /// lists (`BPF_F_NO_COMMON_LRU`): a SYN flood churns this table at line rate, and a
 /// shared list would serialise every CPU on its lock; each CPU holds

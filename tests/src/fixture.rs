@@ -36,6 +36,23 @@ pub const HOST_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 /// The host's IPv6 address on `eth0`.
 pub const HOST_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 
+/// Pins the calling thread to one CPU (`BPF_PROG_TEST_RUN` runs a program on the
+/// caller's CPU, so per-CPU state follows this).
+///
+/// # Errors
+/// `sched_setaffinity` failed (no such CPU, or not allowed).
+pub fn pin_thread_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is empty; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Backend `i` (0-based) of the fixture host: address and the MAC its permanent
 /// neighbour entry resolves to.
 pub fn backend(i: u8) -> (IpAddr, [u8; 6]) {

@@ -406,6 +406,129 @@ fn a_syn_on_a_flow_of_a_draining_backend_chooses_again() {
     });
 }
 
+/// A flow on backend 0 of the dsr service, established (SYN, then ACK) and forwarded
+/// once more from this CPU's flow cache: its source port.
+fn cached_flow_on_backend_0(rig: &mut XdpRig, from: u16) -> u16 {
+    let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+    let sport = (from..from + 1000)
+        .find(|s| rig.expected_backend(&vip, &key(CLIENT_ADDR, *s, DSR_PORT, TCP)) == backend(0).0)
+        .expect("a flow on backend 0");
+    rig.run(&tcp(sport, DSR_PORT, SYN).bytes);
+    rig.expect_events(
+        &tcp(sport, DSR_PORT, ACK).bytes,
+        action::TX,
+        Counter::Tx,
+        &[Counter::EmbryonicPromoted],
+    );
+    let data = tcp(sport, DSR_PORT, ACK | PSH);
+    let out = rig.expect_events(&data.bytes, action::TX, Counter::Tx, &[]);
+    assert_dsr_to(&out, &data.bytes, backend(0).0);
+    sport
+}
+
+/// Backend 0 leaves the dsr service (its flows drain there, new ones go elsewhere).
+fn drain_backend_0(rig: &mut XdpRig) {
+    rig.program(svc(
+        DSR_PORT,
+        TCP,
+        ForwardingMode::Dsr,
+        vec![backend(1).0, backend(2).0],
+    ));
+}
+
+fn a_flow_the_agent_forgets_is_not_answered_from_the_cache() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let sport = cached_flow_on_backend_0(&mut rig, 47000);
+        drain_backend_0(&mut rig);
+        let k = key(CLIENT_ADDR, sport, DSR_PORT, TCP);
+        rig.dataplane
+            .maps_mut()
+            .forget_in(FlowTable::Established, &k)
+            .expect("forget");
+        // No entry now: an ACK is forwarded by the table as it is, creating nothing.
+        let data = tcp(sport, DSR_PORT, ACK | PSH);
+        let out = rig.expect_events(&data.bytes, action::TX, Counter::Tx, &[Counter::NonSynMiss]);
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        assert_dsr_to(&out, &data.bytes, rig.expected_backend(&vip, &k));
+        assert!(entry(&rig, FlowTable::Established, &k).is_none());
+    });
+}
+
+fn a_syn_that_chooses_again_on_one_cpu_is_followed_on_the_others() {
+    lb_testbed::needs_root!();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(cpus >= 2, "this fixture needs two CPUs, found {cpus}");
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        lb_testbed::fixture::pin_thread_to_cpu(0).expect("CPU 0");
+        let sport = cached_flow_on_backend_0(&mut rig, 48000);
+        drain_backend_0(&mut rig);
+        // A new connection on the same 5-tuple, its SYN on another CPU: the old pin
+        // goes and the table chooses again...
+        lb_testbed::fixture::pin_thread_to_cpu(1).expect("CPU 1");
+        let syn = tcp(sport, DSR_PORT, SYN);
+        let out = rig.expect_events(&syn.bytes, action::TX, Counter::Tx, &[]);
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let now = rig.expected_backend(&vip, &key(CLIENT_ADDR, sport, DSR_PORT, TCP));
+        assert_ne!(now, backend(0).0);
+        assert_dsr_to(&out, &syn.bytes, now);
+        // ...and its ACK on the first CPU, whose cache held the old pin, follows it.
+        lb_testbed::fixture::pin_thread_to_cpu(0).expect("CPU 0");
+        let ack = tcp(sport, DSR_PORT, ACK);
+        let out = rig.expect_events(
+            &ack.bytes,
+            action::TX,
+            Counter::Tx,
+            &[Counter::EmbryonicPromoted],
+        );
+        assert_dsr_to(&out, &ack.bytes, now);
+    });
+}
+
+fn an_entry_conntrack_lost_is_put_back_from_the_cache_for_a_while() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        // One CPU throughout: the slot is this CPU's.
+        lb_testbed::fixture::pin_thread_to_cpu(0).expect("CPU 0");
+        let ttl = std::time::Duration::from_nanos(lb_common::maps::FLOW_CACHE_TTL_NS);
+        let keep = std::time::Duration::from_nanos(lb_common::maps::FLOW_CACHE_KEEP_NS);
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let sport = cached_flow_on_backend_0(&mut rig, 49000);
+        let k = key(CLIENT_ADDR, sport, DSR_PORT, TCP);
+        drain_backend_0(&mut rig);
+        // The table evicts the entry while the cache answers for the flow; once the
+        // slot expires, the flow's next packet finds the table without it and puts it
+        // back: the flow stays on its backend.
+        rig.dataplane
+            .maps_mut()
+            .evict(FlowTable::Established, &k)
+            .expect("evict");
+        std::thread::sleep(ttl + ttl / 2);
+        let data = tcp(sport, DSR_PORT, ACK | PSH);
+        let out = rig.expect_events(&data.bytes, action::TX, Counter::Tx, &[]);
+        assert_dsr_to(&out, &data.bytes, backend(0).0);
+        let back = entry(&rig, FlowTable::Established, &k).expect("put back");
+        let record = rig
+            .dataplane
+            .maps()
+            .backend(back.backend_id)
+            .expect("record");
+        assert_eq!(lb_model::dataplane::from_addr16(record.addr), backend(0).0);
+        // A slot expired for longer than that no longer vouches for its flow.
+        rig.dataplane
+            .maps_mut()
+            .evict(FlowTable::Established, &k)
+            .expect("evict");
+        std::thread::sleep(ttl + keep + ttl / 2);
+        let out = rig.expect_events(&data.bytes, action::TX, Counter::Tx, &[Counter::NonSynMiss]);
+        assert_dsr_to(&out, &data.bytes, rig.expected_backend(&vip, &k));
+        assert!(entry(&rig, FlowTable::Established, &k).is_none());
+    });
+}
+
 /// The reply key of a nat flow whose forwarded packet is `out` (backend → NAT port).
 fn reply_key(out: &Outcome) -> FlowKey {
     let b = &out.bytes;
@@ -675,6 +798,9 @@ fn a_backend_retransmitting_its_syn_ack_does_not_keep_a_spoofed_syns_port() {
 }
 
 lb_testbed::hook_tests!(
+    a_flow_the_agent_forgets_is_not_answered_from_the_cache,
+    a_syn_that_chooses_again_on_one_cpu_is_followed_on_the_others,
+    an_entry_conntrack_lost_is_put_back_from_the_cache_for_a_while,
     a_syn_is_half_open_until_its_ack_establishes_it,
     a_retransmitted_syn_keeps_its_first_choice,
     packets_that_are_not_a_syn_create_no_state,

@@ -42,7 +42,8 @@ pub static BPF_OBJECT_LOG: &[u8] =
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 20] = [
+pub const PINNED_MAPS: [&str; 21] = [
+    names::FLOW_CACHE_GEN,
     names::ECHO_ADDRS,
     names::NAT_JOBS,
     names::TUNNEL_JOBS,

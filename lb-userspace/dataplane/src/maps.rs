@@ -35,6 +35,8 @@ pub struct MapSet {
     pub(crate) echo: HashMap<MapData, AddrKey, u32>,
     /// `lb_probe`'s counters; absent in the pins of a data plane from before it.
     pub(crate) probe_counters: Option<PerCpuArray<MapData, u64>>,
+    /// The flow cache's generation; absent in the pins of a data plane from before it.
+    pub(crate) flow_cache_gen: Option<Array<MapData, u64>>,
 }
 
 impl std::fmt::Debug for MapSet {
@@ -93,6 +95,10 @@ impl Source for Reopen<'_> {
             names::ECHO_ADDRS => m.echo.map(),
             names::PROBE_COUNTERS => match &m.probe_counters {
                 Some(c) => c.map(),
+                None => return Err(DataplaneError::Missing { what: "map", name }),
+            },
+            names::FLOW_CACHE_GEN => match &m.flow_cache_gen {
+                Some(g) => g.map(),
                 None => return Err(DataplaneError::Missing { what: "map", name }),
             },
             _ => return Err(DataplaneError::Missing { what: "map", name }),
@@ -181,6 +187,7 @@ impl MapSet {
             backend_stats: typed(source, names::BACKEND_STATS)?,
             echo: typed(source, names::ECHO_ADDRS)?,
             probe_counters: typed(source, names::PROBE_COUNTERS).ok(),
+            flow_cache_gen: typed(source, names::FLOW_CACHE_GEN).ok(),
         })
     }
 
@@ -334,7 +341,8 @@ impl MapSet {
     /// The map update failed (a missing entry is not an error).
     pub fn forget_in(&mut self, table: FlowTable, key: &FlowKey) -> Result<(), DataplaneError> {
         let name = table.map_name();
-        removed(self.flow_map_mut(name).remove(key), name)
+        removed(self.flow_map_mut(name).remove(key), name)?;
+        self.invalidate_flow_cache()
     }
 
     /// Removes a flow's entries (established, embryonic and `nat` client side), so its
@@ -350,7 +358,7 @@ impl MapSet {
         ] {
             removed(map.remove(key), name)?;
         }
-        Ok(())
+        self.invalidate_flow_cache()
     }
 
     /// Writes a flow-table entry as the data plane would (fixtures use it to stage
@@ -367,7 +375,41 @@ impl MapSet {
         let name = table.map_name();
         self.flow_map_mut(name)
             .insert(key, entry, 0)
-            .map_err(map_error("insert", name))
+            .map_err(map_error("insert", name))?;
+        self.invalidate_flow_cache()
+    }
+
+    /// Removes a flow's entry from one table as the LRU's eviction does: without a new
+    /// flow-cache generation, so a CPU's cached copy may put it back (fixtures use it
+    /// to stand for a full table).
+    ///
+    /// # Errors
+    /// The map update failed (a missing entry is not an error).
+    pub fn evict(&mut self, table: FlowTable, key: &FlowKey) -> Result<(), DataplaneError> {
+        let name = table.map_name();
+        removed(self.flow_map_mut(name).remove(key), name)
+    }
+
+    /// Makes every CPU's flow cache forget what it holds (a new random generation,
+    /// `lb_common::FlowCacheSlot`): after any removal or rewrite of a conntrack entry,
+    /// which a cached copy would otherwise outlive. Nothing to do for a data plane
+    /// without the cache.
+    ///
+    /// # Errors
+    /// The map update failed, or the kernel gave no random bytes.
+    pub fn invalidate_flow_cache(&mut self) -> Result<(), DataplaneError> {
+        let Some(map) = &mut self.flow_cache_gen else {
+            return Ok(());
+        };
+        let mut fresh = [0u8; 8];
+        rustix::rand::getrandom(&mut fresh, rustix::rand::GetRandomFlags::empty()).map_err(
+            |e| DataplaneError::Program {
+                action: "drawing a flow-cache generation".into(),
+                source: Box::new(std::io::Error::from(e)),
+            },
+        )?;
+        map.set(0, u64::from_ne_bytes(fresh), 0)
+            .map_err(map_error("set", names::FLOW_CACHE_GEN))
     }
 
     /// A flow table by map name (conntrack, embryonic, `nat` flows), writable.

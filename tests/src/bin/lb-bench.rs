@@ -367,16 +367,8 @@ fn decap_trial(rig: &mut lb_testbed::decap::DecapRig, class: Class, calls: u32) 
 }
 
 fn pin_to_cpu(cpu: usize) {
-    // SAFETY: an all-zero cpu_set_t is empty; CPU_SET writes within it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            eprintln!(
-                "warning: could not pin to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    if let Err(e) = lb_testbed::fixture::pin_thread_to_cpu(cpu) {
+        eprintln!("warning: could not pin to CPU {cpu}: {e}");
     }
 }
 

@@ -1,0 +1,100 @@
+//! The per-CPU flow cache in front of conntrack (`lb_common::FlowCacheSlot`): a
+//! direct-mapped copy of the conntrack entries this CPU used last, so an established
+//! packet reads an inlined array slot instead of hashing its key into the LRU.
+//!
+//! Contract (what `lookup::dsr` relies on):
+//! - A slot answers only for its own key, only while its generation is the current
+//!   one, and only until it expires ([`FLOW_CACHE_TTL_NS`]). Whoever removes or rewrites
+//!   a conntrack entry stores a new random generation after doing so ([`invalidate`]
+//!   here, `MapSet::invalidate_flow_cache` in the agent), so no CPU answers from a slot
+//!   filled before that.
+//! - An expired slot sends its packet to conntrack, which marks the entry used (the
+//!   LRU would otherwise see a hot flow as idle). An entry the table lost meanwhile
+//!   (evicted: removals change the generation) is put back from the slot, if the slot
+//!   expired no more than [`FLOW_CACHE_KEEP_NS`] ago; older slots are misses.
+//! - Everything found here is checked as a conntrack entry is (`lookup::valid`).
+
+use aya_ebpf::helpers::bpf_get_prandom_u32;
+use lb_common::{
+    FlowEntry, FlowKey,
+    maps::{FLOW_CACHE_KEEP_NS, FLOW_CACHE_TTL_NS, FlowCacheSlot, flow_cache_slot},
+};
+
+use crate::maps::{FLOW_CACHE, FLOW_CACHE_GEN};
+
+/// A key's slot in this CPU's cache, with the generation this packet saw.
+pub struct Slot {
+    ptr: *mut FlowCacheSlot,
+    generation: u64,
+}
+
+impl Slot {
+    /// `key`'s slot on this CPU; `None` only if the cache's maps are missing.
+    #[inline(always)]
+    pub fn of(key: &FlowKey) -> Option<Self> {
+        // Read before any conntrack lookup of this packet: a slot filled from that
+        // lookup then carries a generation no newer than the table it saw.
+        let generation = *FLOW_CACHE_GEN.get(0)?;
+        let ptr = FLOW_CACHE.get_ptr_mut(flow_cache_slot(key))?;
+        Some(Self { ptr, generation })
+    }
+
+    /// The entry the slot holds for `key` while fresh at `now` (`forward::now`).
+    #[inline(always)]
+    pub fn fresh(&self, key: &FlowKey, now: u64) -> Option<FlowEntry> {
+        // SAFETY: this CPU's slot, valid for this run; no other CPU writes it.
+        let slot = unsafe { &*self.ptr };
+        (slot.generation == self.generation && now < slot.expires_ns && same_flow(&slot.key, key))
+            .then_some(slot.entry)
+    }
+
+    /// The entry the slot holds for `key` if it expired no more than
+    /// [`FLOW_CACHE_KEEP_NS`] before `now`: a flow still live, whose conntrack entry
+    /// it can put back.
+    #[inline(always)]
+    pub fn expired(&self, key: &FlowKey, now: u64) -> Option<FlowEntry> {
+        // SAFETY: as in `fresh`.
+        let slot = unsafe { &*self.ptr };
+        (slot.generation == self.generation
+            && now >= slot.expires_ns
+            && now < slot.expires_ns + FLOW_CACHE_KEEP_NS
+            && same_flow(&slot.key, key))
+        .then_some(slot.entry)
+    }
+
+    /// Caches `entry` (just found in, or written to, conntrack) for `key`.
+    #[inline(always)]
+    pub fn fill(&self, key: &FlowKey, entry: &FlowEntry, now: u64) {
+        // SAFETY: as in `get`; the slot and the arguments do not overlap.
+        unsafe {
+            crate::mem::store(&raw mut (*self.ptr).key, key);
+            crate::mem::store(&raw mut (*self.ptr).entry, entry);
+            (*self.ptr).expires_ns = now + FLOW_CACHE_TTL_NS;
+            (*self.ptr).generation = self.generation;
+        }
+    }
+}
+
+/// Invalidates every CPU's slots: called after the data plane removed a conntrack
+/// entry (rare: a stale entry, or a SYN for a backend that takes no new flows).
+#[inline(always)]
+pub fn invalidate() {
+    if let Some(generation) = FLOW_CACHE_GEN.get_ptr_mut(0) {
+        // SAFETY: helpers without arguments.
+        let fresh =
+            unsafe { u64::from(bpf_get_prandom_u32()) << 32 | u64::from(bpf_get_prandom_u32()) };
+        // SAFETY: the map's value, valid for this run; an aligned 8-byte store, so a
+        // racing writer's store is seen whole or not at all.
+        unsafe { core::ptr::write_volatile(generation, fresh) };
+    }
+}
+
+/// Whether two keys are the same flow (every field but the zero padding).
+#[inline(always)]
+fn same_flow(a: &FlowKey, b: &FlowKey) -> bool {
+    a.src == b.src
+        && a.dst == b.dst
+        && a.src_port_be == b.src_port_be
+        && a.dst_port_be == b.dst_port_be
+        && a.proto == b.proto
+}
