@@ -3,7 +3,13 @@
 //! `l7` service's routes and endpoints and applies what differs; route files are
 //! watched by their stamps. The proxy starts with the first `l7` service.
 
-use std::{collections::HashMap, net::SocketAddr, path::Path, sync::Arc};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use super::{
     accesslog::AccessLog,
@@ -16,13 +22,27 @@ use lb_model::{
     filestamp::FileStamp,
 };
 
+/// How long a route file's new stamp must stay the same before the file is read: an
+/// editor or `echo > file` truncates before it writes, and a read in between would
+/// put an empty (or cut) route set in force, answering 404 until the next read.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// A route file: the text in force and the stamp it was read at, and a newer stamp
+/// waiting to settle.
+#[derive(Debug, Default)]
+struct WatchedFile {
+    read: Option<FileStamp>,
+    text: Option<Arc<str>>,
+    changed: Option<(FileStamp, Instant)>,
+}
+
 /// lbd's proxy and what it last applied.
 #[derive(Debug, Default)]
 pub struct L7Node {
     proxy: Option<Proxy>,
     /// Listening sockets handed over by the previous lbd, until the first sync.
     inherited: Vec<std::net::TcpListener>,
-    files: HashMap<String, (FileStamp, Option<Arc<str>>)>,
+    files: HashMap<String, WatchedFile>,
     applied: Vec<ServiceInput>,
     /// Each route source's state: `None` when its latest text compiled, else why not.
     route_states: std::collections::BTreeMap<String, Option<String>>,
@@ -189,27 +209,42 @@ impl L7Node {
         out
     }
 
-    /// The text of a route file: re-read when its stamp changes; while unreadable, the
-    /// last text read stays in force.
+    /// The text of a route file: re-read when its stamp changed and has stayed the
+    /// same for [`SETTLE`] (the first read is not delayed); while unreadable, the last
+    /// text read stays in force.
     fn route_file(&mut self, file: &str) -> Option<Arc<str>> {
         let stamp = FileStamp::of(Path::new(file));
-        let entry = self
-            .files
-            .entry(file.to_owned())
-            .or_insert((FileStamp::of(Path::new("")), None));
-        if entry.0 != stamp {
-            entry.0 = stamp;
-            match std::fs::read_to_string(file) {
-                Ok(text) => entry.1 = Some(Arc::from(text)),
-                Err(e) => tracing::error!(
-                    source = "routes",
-                    %file,
-                    error = %e,
-                    "cannot read the route file, the routes in force stay"
-                ),
-            }
+        let w = self.files.entry(file.to_owned()).or_default();
+        if w.read.as_ref() == Some(&stamp) {
+            w.changed = None;
+            return w.text.clone();
         }
-        entry.1.clone()
+        let settled = match &w.changed {
+            _ if w.read.is_none() => true,
+            Some((pending, since)) if *pending == stamp => since.elapsed() >= SETTLE,
+            _ => false,
+        };
+        if !settled {
+            if w.changed
+                .as_ref()
+                .is_none_or(|(pending, _)| *pending != stamp)
+            {
+                w.changed = Some((stamp, Instant::now()));
+            }
+            return w.text.clone();
+        }
+        w.read = Some(stamp);
+        w.changed = None;
+        match std::fs::read_to_string(file) {
+            Ok(text) => w.text = Some(Arc::from(text)),
+            Err(e) => tracing::error!(
+                source = "routes",
+                %file,
+                error = %e,
+                "cannot read the route file, the routes in force stay"
+            ),
+        }
+        w.text.clone()
     }
 }
 
@@ -245,4 +280,36 @@ fn start(config: &ValidConfig) -> Result<Proxy, String> {
         .map_err(|e| e.to_string())?;
     tracing::info!("l7 proxy started");
     Ok(proxy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_file_is_read_once_its_new_stamp_has_settled() {
+        let dir = std::env::temp_dir().join(format!("lb-l7-settle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("routes.eskip");
+        let file = path.to_str().expect("utf-8 path");
+        let mut node = L7Node::default();
+        std::fs::write(&path, "a: * -> <shunt>;").expect("write");
+        // The first read is not delayed.
+        assert_eq!(node.route_file(file).as_deref(), Some("a: * -> <shunt>;"));
+        // Truncated on the way to a new text: the text in force stays...
+        std::fs::write(&path, "").expect("truncate");
+        assert_eq!(node.route_file(file).as_deref(), Some("a: * -> <shunt>;"));
+        // ...and a stamp that changes again starts its wait again.
+        std::thread::sleep(SETTLE / 2);
+        std::fs::write(&path, "b: * -> <shunt>;\n").expect("write");
+        assert_eq!(node.route_file(file).as_deref(), Some("a: * -> <shunt>;"));
+        std::thread::sleep(SETTLE * 3 / 4);
+        assert_eq!(node.route_file(file).as_deref(), Some("a: * -> <shunt>;"));
+        // Settled: read.
+        std::thread::sleep(SETTLE / 2);
+        assert_eq!(node.route_file(file).as_deref(), Some("b: * -> <shunt>;\n"));
+        // Unchanged since: no wait, no read.
+        assert_eq!(node.route_file(file).as_deref(), Some("b: * -> <shunt>;\n"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
