@@ -19,7 +19,10 @@ use http::{HeaderName, HeaderValue, Method, Uri, Version, header};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::{activity::Activity, upstream::Pooled};
+use super::{
+    activity::Activity,
+    upstream::{BackendBody, ClientError},
+};
 use crate::{
     accesslog::{AccessLog, Entry},
     balance::InFlight,
@@ -263,19 +266,21 @@ pub struct Finish {
 }
 
 /// A response body to the client. A backend's body gives its connection back to the
-/// pool when it ends ([`Pooled`]), which dropping it at its end also does.
+/// pool when it ends ([`BackendBody`]).
 #[derive(Debug)]
 pub struct ProxyBody {
     inner: Inner,
     sent: u64,
     finish: Option<Finish>,
+    /// A failure of the backend's body held back for one turn (see `poll_frame`).
+    failed: Option<BodyError>,
 }
 
 #[derive(Debug)]
 enum Inner {
     Full(Option<Bytes>),
     Upstream {
-        body: Pooled,
+        body: BackendBody,
         /// The route's `backendTimeout` deadline (see [`BodyDeadline`]).
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
@@ -294,7 +299,7 @@ pub struct BodyDeadline(pub tokio::time::Instant);
 pub enum BodyError {
     /// The backend's body failed (the connection closed or reset mid-body).
     #[error("reading the backend's response body")]
-    Backend(#[source] hyper::Error),
+    Backend(#[source] ClientError),
     /// The route's `backendTimeout` passed while the body was streaming.
     #[error("the route's backendTimeout passed while the response body streamed")]
     Deadline,
@@ -307,11 +312,12 @@ impl ProxyBody {
             inner: Inner::Full((!bytes.is_empty()).then_some(bytes)),
             sent: 0,
             finish: Some(finish),
+            failed: None,
         }
     }
 
     /// A backend's body, streamed; with a deadline, it fails when that passes.
-    pub fn upstream(body: Pooled, deadline: Option<BodyDeadline>, finish: Finish) -> Self {
+    pub fn upstream(body: BackendBody, deadline: Option<BodyDeadline>, finish: Finish) -> Self {
         Self {
             inner: Inner::Upstream {
                 body,
@@ -319,6 +325,7 @@ impl ProxyBody {
             },
             sent: 0,
             finish: Some(finish),
+            failed: None,
         }
     }
 
@@ -348,6 +355,9 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
         let polled = match &mut this.inner {
             Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream { body, deadline } => {
@@ -365,8 +375,16 @@ impl Body for ProxyBody {
                 }
             }
         };
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
+        match polled {
+            // hyper's server drops what it has buffered of the response when the body
+            // fails: the failure waits one turn, in which the server writes the head
+            // and the data before it (skipper's client gets them too, then the cut).
+            Poll::Ready(Some(Err(e))) => {
+                this.failed = Some(e);
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(Some(Ok(ref frame))) => {
                 if let Some(d) = frame.data_ref() {
                     this.sent += d.len() as u64;
                 }

@@ -30,7 +30,7 @@ use super::{
     body::UpBody,
     headers,
     service::ServiceState,
-    upstream::{self, Pooled},
+    upstream::{self, BackendBody},
 };
 use crate::{
     balance::{InFlight, Pick},
@@ -81,7 +81,7 @@ pub(super) async fn forward(
     state: &ServiceState,
     pool: &Pool,
     out: Outgoing<'_>,
-) -> Result<(Response<Pooled>, InFlight), Failure> {
+) -> Result<(Response<BackendBody>, InFlight), Failure> {
     let Outgoing {
         parts,
         body,
@@ -188,7 +188,7 @@ pub(super) async fn forward(
                     state.shared.clients[worker].request(req)
                 };
                 sent.await
-                    .map(|r| r.map(Pooled::unpooled))
+                    .map(|r| r.map(BackendBody::unpooled))
                     .map_err(SendFailure::Client)
             }
         };

@@ -19,7 +19,7 @@ use super::{
     headers,
     service::ServiceState,
     tunnel,
-    upstream::Pooled,
+    upstream::BackendBody,
 };
 use crate::{
     accesslog::StatusSet,
@@ -141,7 +141,7 @@ impl ServiceState {
             Outcome::Answer(a) => (inline(a), None, false),
             Outcome::Tunnel(pool) => match tunnel::open(self, pool, parts, time).await {
                 Ok((r, inflight)) => (
-                    r.map(|b| Out::Upstream(Pooled::unpooled(b))),
+                    r.map(|b| Out::Upstream(BackendBody::unpooled(b))),
                     inflight,
                     true,
                 ),
@@ -258,7 +258,7 @@ struct Kept {
 /// A response body before the bookkeeping is attached.
 enum Out {
     Inline(Bytes),
-    Upstream(Pooled),
+    Upstream(BackendBody),
 }
 
 /// An answer of the proxy's own as a response.

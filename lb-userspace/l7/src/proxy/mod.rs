@@ -26,6 +26,11 @@ mod tunnel;
 mod upstream;
 pub mod workers;
 
+/// The fuzz target `h1_response`: a backend's response bytes through the response
+/// parser and the chunked decoder of the proxy's own HTTP/1.1 client.
+#[doc(hidden)]
+pub use upstream::fuzz::response as fuzz_backend_response;
+
 use std::{
     collections::HashMap,
     net::SocketAddr,

@@ -17,14 +17,62 @@ use tokio::{
     net::TcpListener,
 };
 
-use super::{Pooled, SendError, send};
+use super::{BackendBody, SendError, send};
 use crate::proxy::body::UpBody;
 
 const BIG: usize = 4 << 20;
 
-/// A keep-alive backend counting its connections. `/small` is answered `ok`;
-/// `/close` too, and then the backend closes the connection (as a backend's own idle
-/// timeout does); `/big` with a body of [`BIG`] bytes.
+/// What the scripted backend does after an answer.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    KeepOpen,
+    Close,
+    /// Closes with a zero linger: a reset.
+    Reset,
+}
+
+/// The scripted backend's answer to `method path`.
+fn answer(method: &str, path: &str) -> (Vec<u8>, Then) {
+    let fixed = |bytes: &[u8], then| (bytes.to_vec(), then);
+    match (method, path) {
+        ("HEAD", _) => fixed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", Then::KeepOpen),
+        (_, "/big") => {
+            let mut a = format!("HTTP/1.1 200 OK\r\nContent-Length: {BIG}\r\n\r\n").into_bytes();
+            a.resize(a.len() + BIG, b'x');
+            (a, Then::KeepOpen)
+        }
+        (_, "/close") => fixed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", Then::Close),
+        (_, "/chunked") => fixed(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n1\r\n!\r\n0\r\nX-T: 1\r\n\r\n",
+            Then::KeepOpen,
+        ),
+        (_, "/interim") => fixed(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            Then::KeepOpen,
+        ),
+        (_, "/eof") => fixed(b"HTTP/1.1 200 OK\r\n\r\nuntil the close", Then::Close),
+        (_, "/204") => fixed(b"HTTP/1.1 204 No Content\r\n\r\n", Then::KeepOpen),
+        (_, "/304") => fixed(
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 100\r\n\r\n",
+            Then::KeepOpen,
+        ),
+        (_, "/smuggle") => fixed(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            Then::KeepOpen,
+        ),
+        (_, "/garbage") => fixed(b"SSH-2.0-OpenSSH_9.6\r\n\r\n", Then::Close),
+        (_, "/nothing") => fixed(b"", Then::Close),
+        (_, "/reset") => fixed(b"", Then::Reset),
+        (_, "/cut") => fixed(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789",
+            Then::Close,
+        ),
+        _ => fixed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", Then::KeepOpen),
+    }
+}
+
+/// A keep-alive backend counting its connections, answering each request head (it
+/// reads no request body) as [`answer`] says.
 async fn backend() -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -49,21 +97,21 @@ async fn backend() -> (SocketAddr, Arc<AtomicUsize>) {
                     };
                     let head = String::from_utf8_lossy(&buf[..end]).into_owned();
                     buf.drain(..end + 4);
-                    let path = head.split(' ').nth(1).unwrap_or("").to_owned();
-                    let body = if path == "/big" {
-                        vec![b'x'; BIG]
-                    } else {
-                        b"ok".to_vec()
-                    };
-                    let answer =
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
-                    if stream.write_all(answer.as_bytes()).await.is_err()
-                        || stream.write_all(&body).await.is_err()
-                    {
+                    let mut words = head.split(' ');
+                    let method = words.next().unwrap_or("").to_owned();
+                    let path = words.next().unwrap_or("").to_owned();
+                    let (bytes, then) = answer(&method, &path);
+                    if stream.write_all(&bytes).await.is_err() {
                         return;
                     }
-                    if path == "/close" {
-                        return;
+                    match then {
+                        Then::KeepOpen => {}
+                        Then::Close => return,
+                        Then::Reset => {
+                            let _ =
+                                socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                            return;
+                        }
                     }
                 }
             });
@@ -105,7 +153,7 @@ async fn a_connection_read_to_its_end_is_reused() {
 #[tokio::test]
 async fn a_body_dropped_at_its_end_gives_its_connection_back() {
     let (addr, accepted) = backend().await;
-    let mut body: Pooled = send(addr, Duration::from_secs(1), get("/small", addr))
+    let mut body: BackendBody = send(addr, Duration::from_secs(1), get("/small", addr))
         .await
         .expect("answered")
         .into_body();
@@ -126,7 +174,7 @@ async fn a_body_dropped_at_its_end_gives_its_connection_back() {
 async fn an_idle_connection_the_backend_closed_is_not_used() {
     let (addr, accepted) = backend().await;
     fetch(addr, "/close").await.expect("answered");
-    // Time for the connection's task to read the backend's FIN.
+    // Time for the backend's FIN to arrive.
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(&fetch(addr, "/small").await.expect("answered")[..], b"ok");
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
@@ -165,4 +213,259 @@ async fn a_refused_connect_is_a_connect_error() {
         .await
         .expect_err("refused");
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
+}
+
+fn request(method: http::Method, path: &str, addr: SocketAddr) -> Request<UpBody> {
+    let mut req = get(path, addr);
+    *req.method_mut() = method;
+    req
+}
+
+/// A chunked body with an extension and trailers is read whole, and its connection
+/// goes back to the pool.
+#[tokio::test]
+async fn a_chunked_body_and_its_trailers_are_read_and_the_connection_reused() {
+    let (addr, accepted) = backend().await;
+    let resp = send(addr, Duration::from_secs(1), get("/chunked", addr))
+        .await
+        .expect("answered");
+    let whole = resp.into_body().collect().await.expect("the whole body");
+    assert_eq!(
+        whole
+            .trailers()
+            .and_then(|t| t.get("x-t"))
+            .map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    assert_eq!(&whole.to_bytes()[..], b"hello!");
+    assert_eq!(&fetch(addr, "/small").await.expect("answered")[..], b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+/// 100 Continue and 103 Early Hints before the response are skipped, as hyper's
+/// client skipped them.
+#[tokio::test]
+async fn interim_responses_are_skipped() {
+    let (addr, accepted) = backend().await;
+    let resp = send(addr, Duration::from_secs(1), get("/interim", addr))
+        .await
+        .expect("answered");
+    assert_eq!(resp.status(), 200);
+    assert!(
+        !resp.headers().contains_key("link"),
+        "an interim head's field"
+    );
+    let body = resp.into_body().collect().await.expect("whole").to_bytes();
+    assert_eq!(&body[..], b"ok");
+    fetch(addr, "/small").await.expect("answered");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+/// A body without a length ends with the connection, which is then gone.
+#[tokio::test]
+async fn a_body_delimited_by_the_close_is_read_to_it() {
+    let (addr, accepted) = backend().await;
+    assert_eq!(
+        &fetch(addr, "/eof").await.expect("answered")[..],
+        b"until the close"
+    );
+    fetch(addr, "/small").await.expect("answered");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+/// HEAD, 204 and 304 have no body whatever their head says; the connection carries
+/// the next request (which it could not, had a body been expected or read).
+#[tokio::test]
+async fn bodiless_answers_end_at_once_and_keep_the_connection() {
+    let (addr, accepted) = backend().await;
+    for (method, path, status) in [
+        (http::Method::HEAD, "/x", 200),
+        (http::Method::GET, "/204", 204),
+        (http::Method::GET, "/304", 304),
+    ] {
+        let resp = send(addr, Duration::from_secs(1), request(method, path, addr))
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), status, "{path}");
+        assert!(http_body::Body::is_end_stream(resp.body()), "{path}");
+        let body = resp.into_body().collect().await.expect("whole").to_bytes();
+        assert!(body.is_empty(), "{path}");
+    }
+    assert_eq!(&fetch(addr, "/small").await.expect("answered")[..], b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+/// After the request went out, a failure is a Sent error, which `failure` sorts as
+/// skipper sorts Go's: a head that does not parse or that could smuggle, or a close
+/// before any head, carries no socket error (500); a reset does (503).
+#[tokio::test]
+async fn failures_after_sending_are_sorted_as_skipper_sorts_them() {
+    let (addr, _) = backend().await;
+    for (path, status) in [
+        ("/smuggle", 500),
+        ("/garbage", 500),
+        ("/nothing", 500),
+        ("/reset", 503),
+    ] {
+        let err = send(addr, Duration::from_secs(1), get(path, addr))
+            .await
+            .expect_err(path);
+        assert!(matches!(err, SendError::Sent(_)), "{path}: {err:?}");
+        let failure = crate::proxy::forward::Failure::after_connect(&err);
+        assert_eq!(failure.status().as_u16(), status, "{path}: {err:?}");
+    }
+}
+
+/// A body the backend cuts short fails after the bytes that came, and its
+/// connection is not reused.
+#[tokio::test]
+async fn a_body_cut_short_fails_after_what_came() {
+    let (addr, accepted) = backend().await;
+    let resp = send(addr, Duration::from_secs(1), get("/cut", addr))
+        .await
+        .expect("answered");
+    let mut body = resp.into_body();
+    let first = body.frame().await.expect("a frame").expect("data");
+    assert_eq!(first.data_ref().map(|d| &d[..]), Some(&b"0123456789"[..]));
+    let err = body.frame().await.expect("a frame").expect_err("cut short");
+    assert!(matches!(err, super::ClientError::ClosedMidBody), "{err:?}");
+    fetch(addr, "/small").await.expect("answered");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+/// A hyper backend that streams every request's body back as its response while
+/// still reading it (so a client must write and read at once), counting connections.
+async fn echo_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let echo = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(req.into_body()))
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), echo),
+            );
+        }
+    });
+    (addr, accepted)
+}
+
+/// A hyper server in front of `backend` that sends each request on through [`send`],
+/// with its body framed as `forward` frames it.
+async fn front(backend: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let (mut parts, body) = req.into_parts();
+                crate::proxy::headers::strip_hop_by_hop(&mut parts.headers);
+                let up = if http_body::Body::is_end_stream(&body) {
+                    UpBody::Empty
+                } else {
+                    if !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+                        parts.headers.insert(
+                            http::header::TRANSFER_ENCODING,
+                            http::HeaderValue::from_static("chunked"),
+                        );
+                    }
+                    UpBody::Client {
+                        body,
+                        failed: Arc::default(),
+                    }
+                };
+                let req = Request::from_parts(parts, up);
+                async move { send(backend, Duration::from_secs(1), req).await }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+            );
+        }
+    });
+    addr
+}
+
+/// A body of unknown length, its pieces fed through a channel.
+struct Fed(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for Fed {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|piece| piece.map(|p| Ok(http_body::Frame::data(p))))
+    }
+}
+
+type TestBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, std::convert::Infallible>;
+
+async fn echoed(
+    c: &mut hyper::client::conn::http1::SendRequest<TestBody>,
+    body: TestBody,
+) -> bytes::Bytes {
+    let mut req = Request::new(body);
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = http::Uri::from_static("/echo");
+    req.headers_mut()
+        .insert(http::header::HOST, http::HeaderValue::from_static("b"));
+    let resp = c.send_request(req).await.expect("answered");
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.expect("whole").to_bytes()
+}
+
+/// Request bodies reach the backend with their framing — a Content-Length as it
+/// came, chunked for a body of unknown length — and stream both ways at once: the
+/// backend answers before the body has ended and echoes it as it reads. The one
+/// backend connection carries every request.
+#[tokio::test]
+async fn request_bodies_stream_to_the_backend_while_the_response_streams_back() {
+    let (backend, accepted) = echo_backend().await;
+    let front = front(backend).await;
+    let stream = tokio::net::TcpStream::connect(front)
+        .await
+        .expect("connect");
+    let (mut c, conn) =
+        hyper::client::conn::http1::handshake::<_, TestBody>(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(conn);
+    let full = |b: Vec<u8>| http_body_util::Full::new(bytes::Bytes::from(b)).boxed_unsync();
+    let within = Duration::from_secs(30);
+    tokio::time::timeout(within, async {
+        assert_eq!(&echoed(&mut c, full(b"abc".to_vec())).await[..], b"abc");
+        let big: Vec<u8> = (0..1 << 20).map(|i: u32| i.to_le_bytes()[1]).collect();
+        assert_eq!(echoed(&mut c, full(big.clone())).await, big);
+        // Unknown length, fed piece by piece while the echo comes back: more than
+        // the sockets buffer, so it only gets through with both directions moving.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let feed = tokio::spawn(async move {
+            for i in 0..256u32 {
+                let piece = bytes::Bytes::from(vec![i.to_le_bytes()[0]; 16 * 1024]);
+                tx.send(piece).await.expect("sent");
+            }
+        });
+        let got = echoed(&mut c, Fed(rx).boxed_unsync()).await;
+        feed.await.expect("fed");
+        assert_eq!(got.len(), 256 * 16 * 1024);
+        assert!(
+            got.chunks(16 * 1024)
+                .enumerate()
+                .all(|(i, p)| p.iter().all(|&b| usize::from(b) == i % 256))
+        );
+        assert_eq!(&echoed(&mut c, full(Vec::new())).await[..], b"");
+    })
+    .await
+    .expect("every exchange within 30 s");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }

@@ -1,0 +1,347 @@
+//! HTTP/1.1 on the wire to a backend: the request head we write, how its body is
+//! framed, and the response head we read with how its body is framed (RFC 9112 §6.3).
+//!
+//! The request side follows what hyper's client did with an [`UpBody`]: a bodiless
+//! request goes with its headers as they are (no Transfer-Encoding), a body keeps the
+//! framing [`super::super::forward`] chose (Transfer-Encoding: chunked, or the
+//! Content-Length).
+//!
+//! The response side is strict where leniency would let a backend smuggle a second
+//! response past us: a Content-Length that is not a number or that differs from
+//! another, Transfer-Encoding together with Content-Length, Transfer-Encoding in
+//! HTTP/1.0, obs-fold, a head over [`MAX_HEAD`] bytes or with more than
+//! [`MAX_HEADERS`] fields are all refused ([`Malformed`]). hyper's client lets
+//! Transfer-Encoding override Content-Length; RFC 9112 allows either, and refusing is
+//! what hyper's server does with such a request.
+//!
+//! [`UpBody`]: super::super::body::UpBody
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
+
+use super::error::Malformed;
+
+/// The longest response head we read.
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+
+/// The most header fields a response head (or a trailer section) may have.
+pub(crate) const MAX_HEADERS: usize = 100;
+
+/// How a request body goes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RequestFraming {
+    /// No body.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding (length unknown up front).
+    Chunked,
+}
+
+/// Settles how a request body is framed, fixing `headers` to say so. `empty`: the
+/// body is known to have ended (`is_end_stream`); `exact`: its exact length when
+/// known.
+pub(crate) fn request_framing(
+    headers: &mut HeaderMap,
+    empty: bool,
+    exact: Option<u64>,
+) -> RequestFraming {
+    if empty {
+        // As hyper's client: the headers go as they are, without a coding.
+        headers.remove(header::TRANSFER_ENCODING);
+        return RequestFraming::Empty;
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        // The only coding we send; forward sets it for bodies of unknown length.
+        if !is_chunked(headers) {
+            headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        }
+        headers.remove(header::CONTENT_LENGTH);
+        return RequestFraming::Chunked;
+    }
+    match content_length(headers) {
+        Ok(Some(n)) => return RequestFraming::Length(n),
+        Ok(None) => {}
+        // A filter's Content-Length that does not parse cannot frame anything.
+        Err(_) => {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+    }
+    if let Some(n) = exact {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        RequestFraming::Length(n)
+    } else {
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        RequestFraming::Chunked
+    }
+}
+
+/// Appends the request head to `out`: the request line with the origin-form target
+/// (`/` when the URI has no path), every header, the blank line.
+pub(crate) fn encode_head(method: &Method, uri: &Uri, headers: &HeaderMap, out: &mut Vec<u8>) {
+    let target = uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/");
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How a response body is delimited (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// No body: HEAD, 1xx, 204, 304, `Content-Length: 0`, an upgrade.
+    Empty,
+    /// Exactly this many bytes (more than zero).
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Until the backend closes the connection, which then cannot be reused.
+    Close,
+}
+
+/// A parsed final response head; its fields are in the map given to [`parse_head`].
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    /// The reason phrase when it is not the status's canonical one (hyper's server
+    /// writes it to the client as it came).
+    pub reason: Option<hyper::ext::ReasonPhrase>,
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this response, as far
+    /// as the head says (version, Connection, an upgrade, a close-delimited body).
+    pub keep_alive: bool,
+}
+
+/// Where a header's name and value are in the head's bytes.
+#[derive(Clone, Copy, Default)]
+struct Span {
+    name: (usize, usize),
+    value: (usize, usize),
+}
+
+/// Parses the response head at the start of `buf`, skipping informational (1xx,
+/// except 101) responses before it, into `headers` (cleared first). On success the
+/// head's bytes are split off `buf` and the header values share them; `Ok(None)`:
+/// more bytes are needed.
+///
+/// # Errors
+/// A head that does not parse, is too large, or frames its body in a way we refuse.
+pub(crate) fn parse_head(
+    buf: &mut BytesMut,
+    method: &Method,
+    headers: &mut HeaderMap,
+) -> Result<Option<Head>, Malformed> {
+    loop {
+        let Some(head) = parse_one(buf, method, headers)? else {
+            return Ok(None);
+        };
+        if let Some(head) = head {
+            return Ok(Some(head));
+        }
+    }
+}
+
+/// One head: `Ok(Some(None))` for an informational one, consumed and dropped.
+fn parse_one(
+    buf: &mut BytesMut,
+    method: &Method,
+    headers: &mut HeaderMap,
+) -> Result<Option<Option<Head>>, Malformed> {
+    // Never more than MAX_HEAD bytes: a head is refused at the same byte however the
+    // bytes arrived (whole, or in pieces).
+    let view = &buf[..buf.len().min(MAX_HEAD)];
+    let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let mut spans = [Span::default(); MAX_HEADERS];
+    let parsed = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, view, &mut raw)
+        .map_err(Malformed::Head)?;
+    let len = match parsed {
+        httparse::Status::Complete(len) => len,
+        httparse::Status::Partial if buf.len() >= MAX_HEAD => {
+            return Err(Malformed::HeadTooLarge);
+        }
+        httparse::Status::Partial => return Ok(None),
+    };
+    let code = res.code.ok_or(Malformed::Header("status"))?;
+    let status = StatusCode::from_u16(code).map_err(|_| Malformed::Header("status"))?;
+    let version = if res.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let base = view.as_ptr().addr();
+    let at = |part: &[u8]| {
+        let start = part.as_ptr().addr() - base;
+        (start, start + part.len())
+    };
+    let reason = res
+        .reason
+        .filter(|r| Some(*r) != status.canonical_reason())
+        .map(|r| at(r.as_bytes()));
+    let count = res.headers.len();
+    for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+        *span = Span {
+            name: at(h.name.as_bytes()),
+            value: at(h.value),
+        };
+    }
+    let bytes = buf.split_to(len).freeze();
+    if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+        // 100 Continue, 103 Early Hints, …: the final response follows.
+        return Ok(Some(None));
+    }
+    headers.clear();
+    let keep_alive = fill(headers, &bytes, &spans[..count], version)?;
+    let framing = framing(status, version, method, headers)?;
+    let keep_alive = keep_alive && framing != Framing::Close && !upgrade(status, method);
+    let reason =
+        reason.and_then(|(s, e)| hyper::ext::ReasonPhrase::try_from(bytes.slice(s..e)).ok());
+    Ok(Some(Some(Head {
+        status,
+        version,
+        reason,
+        framing,
+        keep_alive,
+    })))
+}
+
+/// Puts the head's fields into `headers`; returns whether the head allows keep-alive
+/// (HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`).
+fn fill(
+    headers: &mut HeaderMap,
+    bytes: &Bytes,
+    spans: &[Span],
+    version: Version,
+) -> Result<bool, Malformed> {
+    let mut keep_alive = version == Version::HTTP_11;
+    let mut close = false;
+    headers.reserve(spans.len());
+    for s in spans {
+        let name = HeaderName::from_bytes(&bytes[s.name.0..s.name.1])
+            .map_err(|_| Malformed::Header("name"))?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(s.value.0..s.value.1))
+            .map_err(|_| Malformed::Header("value"))?;
+        if name == header::CONNECTION {
+            close |= has_token(&value, "close");
+            keep_alive |= has_token(&value, "keep-alive");
+        }
+        headers.append(name, value);
+    }
+    Ok(keep_alive && !close)
+}
+
+/// A response after which the connection belongs to another protocol (or a tunnel):
+/// we never ask for one (Upgrade is hop-by-hop, CONNECT goes through `tunnel`), so
+/// such a connection is closed.
+fn upgrade(status: StatusCode, method: &Method) -> bool {
+    status == StatusCode::SWITCHING_PROTOCOLS || (*method == Method::CONNECT && status.is_success())
+}
+
+/// The body's framing, in RFC 9112 §6.3's order.
+fn framing(
+    status: StatusCode,
+    version: Version,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Framing, Malformed> {
+    if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || *method == Method::HEAD
+        || upgrade(status, method)
+    {
+        return Ok(Framing::Empty);
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(Malformed::LengthAndEncoding);
+        }
+        if version == Version::HTTP_10 {
+            return Err(Malformed::EncodingInHttp10);
+        }
+        // Chunked must be the last coding; otherwise the body ends with the connection.
+        return Ok(if is_chunked(headers) {
+            Framing::Chunked
+        } else {
+            Framing::Close
+        });
+    }
+    Ok(match content_length(headers)? {
+        Some(0) => Framing::Empty,
+        Some(n) => Framing::Length(n),
+        None => Framing::Close,
+    })
+}
+
+/// Whether the last transfer coding is `chunked`.
+fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+}
+
+/// The Content-Length: every value (and every comma-separated item of one) must be
+/// the same decimal number; `None` without the header.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Malformed> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.as_bytes().split(|&b| b == b',') {
+            let n = decimal(item.trim_ascii()).ok_or(Malformed::ContentLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Malformed::ContentLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length)
+}
+
+/// Digits only (no sign, no blank), within `u64`.
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        if d.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether a comma-separated header value lists `token` (ASCII case-insensitively).
+fn has_token(value: &HeaderValue, token: &str) -> bool {
+    value
+        .as_bytes()
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests;

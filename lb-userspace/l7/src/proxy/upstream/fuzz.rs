@@ -1,0 +1,179 @@
+//! The response parser ([`super::codec`]) and the chunked decoder
+//! ([`super::chunked`]) over bytes as a backend could send them, for the fuzz target
+//! `h1_response` and for tests: the bytes arrive in pieces, as reads would bring
+//! them, and must decode the same whatever the pieces.
+
+use bytes::BytesMut;
+use http::{HeaderMap, Method};
+
+use super::{
+    chunked::{Decoded, Decoder},
+    codec::{self, Framing},
+    error::Malformed,
+};
+
+/// Header or trailer fields in order, as text names and byte values.
+pub(crate) type Fields = Vec<(String, Vec<u8>)>;
+
+/// A final head as decoded: status, framing, keep-alive, fields.
+pub(crate) type Seen = (u16, Framing, bool, Fields);
+
+/// What a response decoded to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// The final head's status, framing, keep-alive and fields in order; `Ok(None)`
+    /// when the bytes ended before a whole head.
+    pub head: Result<Option<Seen>, Malformed>,
+    /// The body's bytes, whatever came before its end or failure.
+    pub body: Vec<u8>,
+    /// Trailer fields.
+    pub trailers: Fields,
+    pub end: End,
+}
+
+/// How the body ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// As its framing says (for a close-delimited body: the bytes' end).
+    Complete,
+    /// The bytes ended first.
+    Cut,
+    /// The chunked coding is broken.
+    Failed(Malformed),
+    /// There was no head to frame a body.
+    NoHead,
+}
+
+fn fields(map: &HeaderMap) -> Fields {
+    map.iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// Decodes `input` as the response to a `method` request, fed in pieces of `piece`
+/// bytes.
+pub(crate) fn decode(input: &[u8], method: &Method, piece: usize) -> Outcome {
+    decode_pieces(input.chunks(piece.max(1)), method)
+}
+
+/// Decodes the bytes of `pieces`, one after the other, as the response to a
+/// `method` request.
+pub(crate) fn decode_pieces<'a>(
+    mut pieces: impl Iterator<Item = &'a [u8]>,
+    method: &Method,
+) -> Outcome {
+    let mut buf = BytesMut::new();
+    let mut map = HeaderMap::new();
+    let mut out = Outcome {
+        head: Ok(None),
+        body: Vec::new(),
+        trailers: Vec::new(),
+        end: End::NoHead,
+    };
+    let head = loop {
+        match codec::parse_head(&mut buf, method, &mut map) {
+            Ok(Some(head)) => break head,
+            Ok(None) => match pieces.next() {
+                Some(p) => buf.extend_from_slice(p),
+                None => return out,
+            },
+            Err(e) => {
+                out.head = Err(e);
+                return out;
+            }
+        }
+    };
+    out.head = Ok(Some((
+        head.status.as_u16(),
+        head.framing,
+        head.keep_alive,
+        fields(&map),
+    )));
+    let mut more = |buf: &mut BytesMut| match pieces.next() {
+        Some(p) => {
+            buf.extend_from_slice(p);
+            true
+        }
+        None => false,
+    };
+    out.end = match head.framing {
+        Framing::Empty => End::Complete,
+        Framing::Length(n) => {
+            let mut left = n;
+            loop {
+                let k = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
+                out.body.extend_from_slice(&buf.split_to(k));
+                left -= k as u64;
+                if left == 0 {
+                    break End::Complete;
+                }
+                if !more(&mut buf) {
+                    break End::Cut;
+                }
+            }
+        }
+        Framing::Chunked => {
+            let mut decoder = Decoder::default();
+            loop {
+                match decoder.decode(&mut buf) {
+                    Ok(Decoded::Data(data)) => {
+                        assert!(!data.is_empty(), "a data frame is never empty");
+                        out.body.extend_from_slice(&data);
+                    }
+                    Ok(Decoded::Trailers(t)) => {
+                        out.trailers = fields(&t);
+                        assert!(decoder.is_end());
+                        break End::Complete;
+                    }
+                    Ok(Decoded::End) => {
+                        assert!(decoder.is_end());
+                        break End::Complete;
+                    }
+                    Ok(Decoded::More) => {
+                        if !more(&mut buf) {
+                            break End::Cut;
+                        }
+                    }
+                    Err(e) => break End::Failed(e),
+                }
+            }
+        }
+        Framing::Close => {
+            while more(&mut buf) {}
+            out.body = buf.to_vec();
+            End::Complete
+        }
+    };
+    out
+}
+
+/// The fuzz target: the first byte picks the request method and the size of the
+/// pieces, the rest is what the backend sent. Whatever it is, nothing panics, the
+/// outcome is the same in pieces as in one read, and a body that completed is as
+/// long as its head said.
+pub fn response(data: &[u8]) {
+    let Some((&control, input)) = data.split_first() else {
+        return;
+    };
+    let method = match control & 3 {
+        0 => Method::GET,
+        1 => Method::HEAD,
+        2 => Method::POST,
+        _ => Method::CONNECT,
+    };
+    let piece = usize::from(control >> 2) + 1;
+    let whole = decode(input, &method, input.len());
+    let split = decode(input, &method, piece);
+    assert_eq!(whole, split, "pieces of {piece} bytes");
+    if let Ok(Some((status, framing, keep_alive, _))) = &whole.head {
+        assert!(!(100..200).contains(status) || *status == 101);
+        match framing {
+            Framing::Empty => assert!(whole.body.is_empty()),
+            Framing::Length(n) if whole.end == End::Complete => {
+                assert_eq!(whole.body.len() as u64, *n);
+            }
+            Framing::Close => assert!(!keep_alive),
+            _ => {}
+        }
+    }
+}
