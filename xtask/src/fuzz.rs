@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::cmd;
 
 /// The targets, as `fuzz/fuzz_targets/<name>.rs` names them.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "endpointslice",
     "etcd_value",
     "config_toml",
@@ -19,6 +19,7 @@ pub const TARGETS: [&str; 7] = [
     "duration",
     "timestamp",
     "key_template",
+    "h1_response",
 ];
 
 /// Runs `targets` (all when empty) for `seconds` each.

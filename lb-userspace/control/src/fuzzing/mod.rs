@@ -13,7 +13,7 @@ mod targets;
 mod tests;
 
 pub use targets::{
-    config_toml, duration, endpointslice, eskip, etcd_value, key_template, timestamp,
+    config_toml, duration, endpointslice, eskip, etcd_value, h1_response, key_template, timestamp,
 };
 
 /// A fuzz entry: takes any bytes, panics only on a bug.
@@ -28,4 +28,5 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("duration", duration),
     ("timestamp", timestamp),
     ("key_template", key_template),
+    ("h1_response", h1_response),
 ];

@@ -247,3 +247,11 @@ pub fn key_template(data: &[u8]) {
         "deterministic"
     );
 }
+
+/// A backend's answer to the proxy's own HTTP/1.1 client: the response head parser and
+/// the chunked decoder, fed in pieces as reads bring them (see
+/// `lb_l7::proxy::fuzz_backend_response`: the first byte picks the method and the
+/// piece size; the outcome must not depend on the pieces).
+pub fn h1_response(data: &[u8]) {
+    lb_l7::proxy::fuzz_backend_response(data);
+}
