@@ -190,20 +190,26 @@ fn parse_one(
     } else {
         Version::HTTP_11
     };
+    // Where a piece httparse returned is in the head. Not every piece is a slice of
+    // it: a reason phrase that is not UTF-8 comes back as a static "".
     let base = view.as_ptr().addr();
     let at = |part: &[u8]| {
-        let start = part.as_ptr().addr() - base;
-        (start, start + part.len())
+        if part.is_empty() {
+            return Some((0, 0));
+        }
+        let start = part.as_ptr().addr().checked_sub(base)?;
+        let end = start + part.len();
+        (end <= view.len()).then_some((start, end))
     };
-    let reason = res
-        .reason
-        .filter(|r| Some(*r) != status.canonical_reason())
-        .map(|r| at(r.as_bytes()));
+    let reason = match res.reason {
+        Some(r) if Some(r) != status.canonical_reason() => at(r.as_bytes()),
+        _ => None,
+    };
     let count = res.headers.len();
     for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
         *span = Span {
-            name: at(h.name.as_bytes()),
-            value: at(h.value),
+            name: at(h.name.as_bytes()).ok_or(Malformed::Header("name"))?,
+            value: at(h.value).ok_or(Malformed::Header("value"))?,
         };
     }
     let bytes = buf.split_to(len).freeze();

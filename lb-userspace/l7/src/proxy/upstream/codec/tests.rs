@@ -195,6 +195,13 @@ fn framing_follows_rfc_9112_section_6_3() {
             b"x",
         ),
         (
+            "a reason phrase that is not UTF-8 (httparse gives a static \"\" for it)",
+            b"HTTP/1.1 100 C\xffntinue\r\n\r\nHTTP/1.1 200 F\xffne\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+            (200, Empty, true),
+            b"",
+        ),
+        (
             "a status without reason phrase",
             b"HTTP/1.1 404 \r\nContent-Length: 0\r\n\r\n",
             Method::GET,
