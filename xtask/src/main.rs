@@ -61,9 +61,9 @@ enum Command {
         args: Vec<String>,
     },
     /// Fuzz every parser of untrusted text (EndpointSlices, etcd values, the config,
-    /// eskip routes, durations, timestamps, consistent-hash key templates) with
-    /// cargo-fuzz on nightly, installing cargo-fuzz first if needed. Crashes become
-    /// regression seeds that `cargo test` replays.
+    /// eskip routes, durations, timestamps, consistent-hash key templates, backends'
+    /// HTTP/1.1 responses) with cargo-fuzz on nightly, installing cargo-fuzz first if
+    /// needed. Crashes become regression seeds that `cargo test` replays.
     Fuzz {
         /// How long to run each target.
         #[arg(long, default_value_t = 60)]
