@@ -14,9 +14,10 @@
 //!   gives an error it does not know;
 //! - with no endpoint to ask: 503.
 //!
-//! [`Failure::after_connect`] makes the same sort of hyper's errors: an `io::Error`
-//! in the chain is the socket's (503, or 504 for a timeout); a message cut short or
-//! a head that does not parse is the backend's protocol failure (500).
+//! [`Failure::after_connect`] makes the same sort of hyper's errors and of our own
+//! client's ([`super::upstream::ClientError`]): an `io::Error` in the chain is the
+//! socket's (503, or 504 for a timeout); a message cut short or a head that does not
+//! parse is the backend's protocol failure (500).
 
 use std::error::Error as StdError;
 
