@@ -8,7 +8,7 @@ use std::{
     net::SocketAddr,
     path::Path,
     sync::Arc,
-    time::{Duration, Instant},
+    time::{Duration, SystemTime},
 };
 
 use super::{
@@ -22,18 +22,16 @@ use lb_model::{
     filestamp::FileStamp,
 };
 
-/// How long a route file's new stamp must stay the same before the file is read: an
-/// editor or `echo > file` truncates before it writes, and a read in between would
-/// put an empty (or cut) route set in force, answering 404 until the next read.
+/// How long a route file must be left alone before a change to it is read: an editor
+/// or `echo > file` truncates before it writes, and a read in between would put an
+/// empty (or cut) route set in force, answering 404 until the next read.
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// A route file: the text in force and the stamp it was read at, and a newer stamp
-/// waiting to settle.
+/// A route file: the text in force and the stamp it was read at.
 #[derive(Debug, Default)]
 struct WatchedFile {
     read: Option<FileStamp>,
     text: Option<Arc<str>>,
-    changed: Option<(FileStamp, Instant)>,
 }
 
 /// lbd's proxy and what it last applied.
@@ -209,32 +207,17 @@ impl L7Node {
         out
     }
 
-    /// The text of a route file: re-read when its stamp changed and has stayed the
-    /// same for [`SETTLE`] (the first read is not delayed); while unreadable, the last
-    /// text read stays in force.
+    /// The text of a route file: re-read when its stamp changed and the file was last
+    /// modified [`SETTLE`] ago or more (the first read is not delayed); while
+    /// unreadable, the last text read stays in force.
     fn route_file(&mut self, file: &str) -> Option<Arc<str>> {
         let stamp = FileStamp::of(Path::new(file));
         let w = self.files.entry(file.to_owned()).or_default();
-        if w.read.as_ref() == Some(&stamp) {
-            w.changed = None;
-            return w.text.clone();
-        }
-        let settled = match &w.changed {
-            _ if w.read.is_none() => true,
-            Some((pending, since)) if *pending == stamp => since.elapsed() >= SETTLE,
-            _ => false,
-        };
-        if !settled {
-            if w.changed
-                .as_ref()
-                .is_none_or(|(pending, _)| *pending != stamp)
-            {
-                w.changed = Some((stamp, Instant::now()));
-            }
+        let first = w.read.is_none();
+        if w.read.as_ref() == Some(&stamp) || !(first || stamp.settled(SystemTime::now(), SETTLE)) {
             return w.text.clone();
         }
         w.read = Some(stamp);
-        w.changed = None;
         match std::fs::read_to_string(file) {
             Ok(text) => w.text = Some(Arc::from(text)),
             Err(e) => tracing::error!(

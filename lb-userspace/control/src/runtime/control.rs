@@ -26,6 +26,9 @@ use crate::{
 /// Between ticks: fade-in steps, retries and file checks happen at most this often.
 const TICK: Duration = Duration::from_secs(1);
 
+/// How long the config file must be left alone before a change to it is read.
+const SETTLE: Duration = Duration::from_millis(200);
+
 /// Events taken in one batch at most, so that a steady stream of them cannot hold
 /// off the tick.
 const BATCH: usize = 10_000;
@@ -227,7 +230,9 @@ fn tick<D: MapOps, H: Host>(agent: &mut Agent<D, H>, state: &mut State) {
         state.config_error = None;
     }
     let now = FileStamp::of(&state.path);
-    if now != state.file {
+    // A file modified in the last SETTLE may be half written (truncated, not yet
+    // filled): the next tick reads it.
+    if now != state.file && now.settled(SystemTime::now(), SETTLE) {
         state.file = now;
         tracing::info!(file = %state.path.display(), "config file changed, reloading");
         reload(agent, state);
