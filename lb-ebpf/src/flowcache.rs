@@ -22,6 +22,17 @@ use lb_common::{
 
 use crate::maps::{FLOW_CACHE, FLOW_CACHE_GEN};
 
+/// What a slot holds for a key.
+pub enum Probe {
+    /// The key's entry, fresh: use it.
+    Fresh(FlowEntry),
+    /// The key's entry, expired no more than [`FLOW_CACHE_KEEP_NS`] ago: a flow still
+    /// live, whose conntrack entry it can put back.
+    Expired(FlowEntry),
+    /// Another key, an old generation, empty, or expired for longer.
+    Miss,
+}
+
 /// A key's slot in this CPU's cache, with the generation this packet saw.
 pub struct Slot {
     ptr: *mut FlowCacheSlot,
@@ -39,27 +50,21 @@ impl Slot {
         Some(Self { ptr, generation })
     }
 
-    /// The entry the slot holds for `key` while fresh at `now` (`forward::now`).
+    /// What the slot holds for `key` at `now` (`forward::now`): one read of the slot
+    /// answers both the fast path and the put-back.
     #[inline(always)]
-    pub fn fresh(&self, key: &FlowKey, now: u64) -> Option<FlowEntry> {
+    pub fn probe(&self, key: &FlowKey, now: u64) -> Probe {
         // SAFETY: this CPU's slot, valid for this run; no other CPU writes it.
         let slot = unsafe { &*self.ptr };
-        (slot.generation == self.generation && now < slot.expires_ns && same_flow(&slot.key, key))
-            .then_some(slot.entry)
-    }
-
-    /// The entry the slot holds for `key` if it expired no more than
-    /// [`FLOW_CACHE_KEEP_NS`] before `now`: a flow still live, whose conntrack entry
-    /// it can put back.
-    #[inline(always)]
-    pub fn expired(&self, key: &FlowKey, now: u64) -> Option<FlowEntry> {
-        // SAFETY: as in `fresh`.
-        let slot = unsafe { &*self.ptr };
-        (slot.generation == self.generation
-            && now >= slot.expires_ns
-            && now < slot.expires_ns + FLOW_CACHE_KEEP_NS
-            && same_flow(&slot.key, key))
-        .then_some(slot.entry)
+        if slot.generation != self.generation || !same_flow(&slot.key, key) {
+            Probe::Miss
+        } else if now < slot.expires_ns {
+            Probe::Fresh(slot.entry)
+        } else if now < slot.expires_ns + FLOW_CACHE_KEEP_NS {
+            Probe::Expired(slot.entry)
+        } else {
+            Probe::Miss
+        }
     }
 
     /// Caches `entry` (just found in, or written to, conntrack) for `key`.

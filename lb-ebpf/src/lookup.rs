@@ -171,15 +171,21 @@ pub fn entry_for(vip: &VipInfo, backend_id: u32, backend: &Backend, nat_port_be:
 pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Choice, NoChoice> {
     let slot = flowcache::Slot::of(key);
     let syn = may_open && key.proto == proto::TCP;
+    let probe = slot
+        .as_ref()
+        .map_or(flowcache::Probe::Miss, |s| s.probe(key, now));
     // The established packet's path: a fresh slot and a valid entry, nothing else.
-    if let Some(s) = &slot
-        && let Some(entry) = s.fresh(key, now)
+    if let flowcache::Probe::Fresh(entry) = probe
         && let Some(backend) = valid(vip, &entry)
         && (!syn || backend.flags & BACKEND_F_NO_NEW == 0)
     {
         return Ok(Choice::pinned(entry.backend_id, backend));
     }
-    if let Some(entry) = established(key, slot.as_ref(), now) {
+    let lost = match probe {
+        flowcache::Probe::Expired(entry) => Some(entry),
+        _ => None,
+    };
+    if let Some(entry) = established(key, slot.as_ref(), lost, now) {
         match valid(vip, &entry) {
             Some(backend) if !syn || backend.flags & BACKEND_F_NO_NEW == 0 => {
                 return Ok(Choice::pinned(entry.backend_id, backend));
@@ -259,12 +265,16 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Cho
 }
 
 /// A flow's established entry from conntrack (which then fills the cache slot); the
-/// caller found no fresh slot to use. An expired slot whose entry conntrack lost is
-/// put back: only eviction loses an entry without a new generation, and the flow is
-/// still live.
+/// caller found no fresh slot to use. `expired` is the entry of the flow's expired
+/// slot: if conntrack lost it, it is put back (only eviction loses an entry without a
+/// new generation, and the flow is still live).
 #[inline(always)]
-fn established(key: &FlowKey, slot: Option<&flowcache::Slot>, now: u64) -> Option<FlowEntry> {
-    let expired = slot.and_then(|s| s.expired(key, now));
+fn established(
+    key: &FlowKey,
+    slot: Option<&flowcache::Slot>,
+    expired: Option<FlowEntry>,
+    now: u64,
+) -> Option<FlowEntry> {
     // SAFETY: as in `vip`.
     let mut found = unsafe { CONNTRACK.get(key) }.copied();
     if found.is_none()
