@@ -70,7 +70,7 @@ impl Slot {
     /// Caches `entry` (just found in, or written to, conntrack) for `key`.
     #[inline(always)]
     pub fn fill(&self, key: &FlowKey, entry: &FlowEntry, now: u64) {
-        // SAFETY: as in `get`; the slot and the arguments do not overlap.
+        // SAFETY: as in `probe`; the slot and the arguments do not overlap.
         unsafe {
             crate::mem::store(&raw mut (*self.ptr).key, key);
             crate::mem::store(&raw mut (*self.ptr).entry, entry);

@@ -174,18 +174,12 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Cho
     let probe = slot
         .as_ref()
         .map_or(flowcache::Probe::Miss, |s| s.probe(key, now));
-    // The established packet's path: a fresh slot and a valid entry, nothing else.
-    if let flowcache::Probe::Fresh(entry) = probe
-        && let Some(backend) = valid(vip, &entry)
-        && (!syn || backend.flags & BACKEND_F_NO_NEW == 0)
-    {
-        return Ok(Choice::pinned(entry.backend_id, backend));
-    }
-    let lost = match probe {
-        flowcache::Probe::Expired(entry) => Some(entry),
-        _ => None,
+    let found = match probe {
+        flowcache::Probe::Fresh(entry) => Some(entry),
+        flowcache::Probe::Expired(lost) => established(key, slot.as_ref(), Some(lost), now),
+        flowcache::Probe::Miss => established(key, slot.as_ref(), None, now),
     };
-    if let Some(entry) = established(key, slot.as_ref(), lost, now) {
+    if let Some(entry) = found {
         match valid(vip, &entry) {
             Some(backend) if !syn || backend.flags & BACKEND_F_NO_NEW == 0 => {
                 return Ok(Choice::pinned(entry.backend_id, backend));
@@ -264,8 +258,8 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Cho
     })
 }
 
-/// A flow's established entry from conntrack (which then fills the cache slot); the
-/// caller found no fresh slot to use. `expired` is the entry of the flow's expired
+/// A flow's established entry from conntrack (which then fills the cache slot), for a
+/// flow without a fresh slot. `expired` is the entry of the flow's expired
 /// slot: if conntrack lost it, it is put back (only eviction loses an entry without a
 /// new generation, and the flow is still live).
 #[inline(always)]

@@ -340,8 +340,7 @@ impl MapSet {
     /// # Errors
     /// The map update failed (a missing entry is not an error).
     pub fn forget_in(&mut self, table: FlowTable, key: &FlowKey) -> Result<(), DataplaneError> {
-        let name = table.map_name();
-        removed(self.flow_map_mut(name).remove(key), name)?;
+        self.evict(table, key)?;
         self.invalidate_flow_cache()
     }
 

@@ -3,13 +3,7 @@
 //! `l7` service's routes and endpoints and applies what differs; route files are
 //! watched by their stamps. The proxy starts with the first `l7` service.
 
-use std::{
-    collections::HashMap,
-    net::SocketAddr,
-    path::Path,
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{collections::HashMap, net::SocketAddr, path::Path, sync::Arc, time::SystemTime};
 
 use super::{
     accesslog::AccessLog,
@@ -19,13 +13,8 @@ use super::{
 use lb_model::{
     config::{ForwardingModeConfig, PortSpec, ValidConfig},
     dataplane::ServiceSpec,
-    filestamp::FileStamp,
+    filestamp::{FileStamp, SETTLE},
 };
-
-/// How long a route file must be left alone before a change to it is read: an editor
-/// or `echo > file` truncates before it writes, and a read in between would put an
-/// empty (or cut) route set in force, answering 404 until the next read.
-const SETTLE: Duration = Duration::from_millis(200);
 
 /// A route file: the text in force and the stamp it was read at.
 #[derive(Debug, Default)]

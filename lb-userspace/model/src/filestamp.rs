@@ -5,6 +5,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+/// How long a watched file must be left alone before a change to it is read: a
+/// writer that truncates and then writes (an editor, `echo > file`) leaves an empty or
+/// cut file in between, and a read then would put that in force.
+pub const SETTLE: Duration = Duration::from_millis(200);
+
 /// Modification time and size (an editor's write-and-rename changes both or at least
 /// the time); `None` when the file is unreadable.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +51,7 @@ mod tests {
         std::fs::write(&path, "x").expect("write");
         let stamp = FileStamp::of(&path);
         let now = SystemTime::now();
-        let settle = Duration::from_millis(200);
+        let settle = SETTLE;
         assert!(!stamp.settled(now, settle), "written just now");
         assert!(stamp.settled(now + settle, settle));
         // A modification time ahead of the clock cannot be waited out.

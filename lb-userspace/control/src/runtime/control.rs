@@ -14,7 +14,11 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use lb_model::{config, dataplane::MapOps, filestamp::FileStamp};
+use lb_model::{
+    config,
+    dataplane::MapOps,
+    filestamp::{FileStamp, SETTLE},
+};
 
 use super::Published;
 use crate::{
@@ -25,9 +29,6 @@ use crate::{
 
 /// Between ticks: fade-in steps, retries and file checks happen at most this often.
 const TICK: Duration = Duration::from_secs(1);
-
-/// How long the config file must be left alone before a change to it is read.
-const SETTLE: Duration = Duration::from_millis(200);
 
 /// Events taken in one batch at most, so that a steady stream of them cannot hold
 /// off the tick.
