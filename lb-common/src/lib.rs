@@ -16,6 +16,7 @@
 pub mod addr;
 pub mod counters;
 pub mod decap;
+pub mod halfopen;
 pub mod hash;
 pub mod maps;
 pub mod probe;

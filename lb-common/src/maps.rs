@@ -63,9 +63,21 @@ pub mod names {
     /// [`super::flow_cache_slot`] → [`super::FlowCacheSlot`]. Not pinned: a cache, each
     /// load starts empty.
     pub const FLOW_CACHE: &str = "LB_FLOW_CACHE_V1";
-    /// Flows that have only sent a SYN (or one UDP datagram): [`super::FlowKey`] →
-    /// [`super::FlowEntry`]. Promoted to [`CONNTRACK`] by the client's next packet.
-    pub const EMBRYONIC: &str = "LB_CT_EMBRYONIC_V1";
+    /// Flows that have only sent a SYN (or one UDP datagram): an array of
+    /// [`crate::halfopen::Bucket`]s. Promoted to [`CONNTRACK`] by the client's next
+    /// packet.
+    pub const EMBRYONIC: &str = "LB_CT_EMBRYONIC_V2";
+    /// The seed of [`EMBRYONIC`]'s bucket hash (`u32` at index 0), kept pinned so a
+    /// restarted agent loads its program with the seed the table was filled with.
+    pub const EMBRYONIC_SEED: &str = "LB_CT_EMBRYONIC_SEED_V1";
+    /// The embryonic table of releases before [`EMBRYONIC`]: an LRU hash of
+    /// [`super::FlowKey`] → [`super::FlowEntry`]; its flows are copied into the new
+    /// table at the upgrade.
+    pub const EMBRYONIC_V1: &str = "LB_CT_EMBRYONIC_V1";
+    /// Global of the data plane (`.rodata`): [`EMBRYONIC`]'s bucket count minus one.
+    pub const EMBRYONIC_MASK_GLOBAL: &str = "LB_EMBRYONIC_MASK";
+    /// Global of the data plane (`.rodata`): [`EMBRYONIC_SEED`]'s value.
+    pub const EMBRYONIC_SEED_GLOBAL: &str = "LB_EMBRYONIC_SEED";
     /// `nat` flows, client side: [`super::FlowKey`] (client → VIP) →
     /// [`super::FlowEntry`] (backend, NAT port). A plain hash: entries leave only when
     /// their flow ends or idles out, never by eviction.
@@ -143,13 +155,9 @@ pub const TABLE_CHUNKS: u32 = 262_144;
 /// Default size of the established-flow table (`node.conntrack_entries`): one LRU shared
 /// by every CPU, so the whole capacity serves whichever CPUs carry the flows.
 pub const CONNTRACK_ENTRIES: u32 = 1_048_576;
-/// `BPF_F_NO_COMMON_LRU`: an LRU hash with one LRU list per CPU (as the kernel
-/// reports it in the map's flags).
-pub const BPF_F_NO_COMMON_LRU_FLAG: u32 = 2;
 
-/// Default size of the embryonic-flow table (`node.embryonic_entries`): an LRU with a
-/// list per CPU (`BPF_F_NO_COMMON_LRU`: no shared lock while a SYN flood churns it), so
-/// each CPU holds `EMBRYONIC_ENTRIES / possible CPUs` half-open flows.
+/// Default size of the embryonic-flow table (`node.embryonic_entries`): half-open flows
+/// in all, shared by every CPU (`crate::halfopen`: 65,536 buckets of 4, 16 MiB).
 pub const EMBRYONIC_ENTRIES: u32 = 262_144;
 
 /// IP protocol numbers used in keys.
@@ -697,6 +705,7 @@ mod pod {
     unsafe impl aya::Pod for super::VipInfo {}
     unsafe impl aya::Pod for super::VipSlot {}
     unsafe impl aya::Pod for super::FlowCacheSlot {}
+    unsafe impl aya::Pod for crate::halfopen::Bucket {}
     unsafe impl aya::Pod for super::TableChunk {}
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::FlowKey {}

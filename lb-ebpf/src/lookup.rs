@@ -11,8 +11,8 @@ use lb_common::{
 use crate::{
     flowcache,
     maps::{
-        BACKENDS, CONFIG, CONNTRACK, ECHO_ADDRS, EMBRYONIC, SERVICE_BACKENDS, TABLE_CHUNKS_MAP,
-        VIP_SLOTS, VIPS,
+        BACKENDS, CONFIG, CONNTRACK, ECHO_ADDRS, SERVICE_BACKENDS, TABLE_CHUNKS_MAP, VIP_SLOTS,
+        VIPS,
     },
     stats::count,
 };
@@ -43,8 +43,9 @@ pub fn owner(vip: &VipInfo, key: &FlowKey) -> Option<Choice> {
     // SAFETY: values are plain data replaced whole by updates.
     let pinned = match unsafe { CONNTRACK.get(key) } {
         Some(entry) => Some(*entry),
-        // SAFETY: as above.
-        None => unsafe { EMBRYONIC.get(key) }.copied(),
+        None => crate::halfopen::Bucket::of(key)
+            .and_then(|b| b.find(key))
+            .map(|f| f.entry),
     };
     if let Some(entry) = pinned
         && let Some(backend) = valid(vip, &entry)
@@ -193,12 +194,10 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Cho
     }
     // A SYN looks the half-open table up too: a retransmission keeps its first choice
     // (unless that backend stopped taking new flows, or the entry is not its own any
-    // more) for one lookup, where a failed insert would cost an LRU pop and push
-    // besides; for a new 5-tuple the insert below reads the same bucket, warm now.
-    // SAFETY: as in `vip`.
-    let mut stale = false;
-    if let Some(entry) = unsafe { EMBRYONIC.get(key) } {
-        let entry = *entry;
+    // more). For a new flow the insert below writes the bucket this lookup read.
+    let bucket = crate::halfopen::Bucket::of(key).ok_or(NoChoice::NoBackend)?;
+    if let Some(half) = bucket.find(key) {
+        let entry = half.entry;
         match valid(vip, &entry) {
             Some(backend) if !syn => {
                 // The flow's second packet: it is established now.
@@ -206,14 +205,15 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Cho
                 if let Some(slot) = &slot {
                     slot.fill(key, &entry, now);
                 }
-                let _ = EMBRYONIC.remove(key);
+                bucket.remove(&half);
                 count(Counter::EmbryonicPromoted);
                 return Ok(Choice::pinned(entry.backend_id, backend));
             }
             Some(backend) if backend.flags & BACKEND_F_NO_NEW == 0 => {
                 return Ok(Choice::pinned(entry.backend_id, backend));
             }
-            _ => stale = true,
+            // Stale: its way is free for the insert below.
+            _ => bucket.remove(&half),
         }
     }
     let backend_id = table_choice(vip, key).ok_or(NoChoice::NoBackend)?;
@@ -222,32 +222,9 @@ pub fn dsr(vip: &VipInfo, key: &FlowKey, may_open: bool, now: u64) -> Result<Cho
         count(Counter::NonSynMiss);
         return Ok(Choice::pinned(backend_id, backend));
     }
-    let entry = entry_for(vip, backend_id, backend, 0);
-    // A stale entry is replaced; otherwise another CPU may have inserted this flow
-    // since the lookup, and its choice stands.
-    let flags = if stale { 0 } else { u64::from(BPF_NOEXIST) };
-    if EMBRYONIC.insert(key, entry, flags).is_err() {
-        // Inserted by another CPU since the lookup: its choice stands (unless that
-        // backend stopped taking new flows, or the entry is not its own any more).
-        // SAFETY: as in `vip`.
-        if let Some(first) = unsafe { EMBRYONIC.get(key) } {
-            let first = *first;
-            if let Some(b) = valid(vip, &first)
-                && b.flags & BACKEND_F_NO_NEW == 0
-            {
-                return Ok(Choice::pinned(first.backend_id, b));
-            }
-        }
-        // A full LRU evicts its oldest entry; an insert can only fail on memory
-        // pressure, and then this packet is still forwarded and the next one tries.
-        let _ = EMBRYONIC.insert(key, entry, 0);
-        return Ok(Choice {
-            backend_id,
-            backend,
-            new_flow: true,
-            nat_port_be: 0,
-        });
-    }
+    // Another CPU may be writing the same flow at the same time (a retransmission on
+    // another queue): both chose from the same table, and the last write stands.
+    bucket.insert(key, &entry_for(vip, backend_id, backend, 0), now);
     // Counted as the service's new flow (its per-VIP counters), not again here: a
     // per-CPU counter costs ~8 ns, a tenth of this path's own work.
     Ok(Choice {

@@ -23,6 +23,7 @@ mod ctx;
 mod decap;
 mod flowcache;
 mod forward;
+mod halfopen;
 mod icmp;
 mod lookup;
 mod maps;

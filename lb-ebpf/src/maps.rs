@@ -2,7 +2,6 @@
 //! the ABI userspace opens (and pins) them by.
 
 use aya_ebpf::{
-    bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray},
 };
@@ -54,13 +53,28 @@ pub static FLOW_CACHE: PerCpuArray<lb_common::maps::FlowCacheSlot> =
 #[map(name = "LB_FLOW_CACHE_GEN_V1")]
 pub static FLOW_CACHE_GEN: Array<u64> = Array::with_max_entries(1, 0);
 
-/// Flows that have sent only their first packet (a SYN, one datagram). Per-CPU LRU
-/// lists (`BPF_F_NO_COMMON_LRU`): a SYN flood churns this table at line rate, and a
-/// shared list would serialise every CPU on its lock; each CPU holds
-/// `node.embryonic_entries / possible CPUs` of them.
-#[map(name = "LB_CT_EMBRYONIC_V1")]
-pub static EMBRYONIC: LruHashMap<FlowKey, FlowEntry> =
-    LruHashMap::with_max_entries(EMBRYONIC_ENTRIES, BPF_F_NO_COMMON_LRU);
+/// Flows that have sent only their first packet (a SYN, one datagram): the
+/// set-associative table of `lb_common::halfopen`, shared by every CPU. Sized by
+/// `node.embryonic_entries` at load (`halfopen::buckets_for`), and the bucket mask and
+/// seed the program uses are its globals below.
+#[map(name = "LB_CT_EMBRYONIC_V2")]
+pub static EMBRYONIC: Array<lb_common::halfopen::Bucket> =
+    Array::with_max_entries(lb_common::halfopen::buckets_for(EMBRYONIC_ENTRIES), 0);
+
+/// The seed [`EMBRYONIC`] was filled with, pinned for the next agent; the data plane
+/// reads its copy in [`EMBRYONIC_SEED`] instead.
+#[map(name = "LB_CT_EMBRYONIC_SEED_V1")]
+pub static EMBRYONIC_SEED_MAP: Array<u32> = Array::with_max_entries(1, 0);
+
+/// [`EMBRYONIC`]'s bucket count minus one, set by the agent at load (a `.rodata`
+/// constant to the verifier: the mask costs nothing at run time).
+#[unsafe(no_mangle)]
+pub static LB_EMBRYONIC_MASK: u32 = lb_common::halfopen::buckets_for(EMBRYONIC_ENTRIES) - 1;
+
+/// The seed of [`EMBRYONIC`]'s bucket hash, set by the agent at load (the value it
+/// keeps in [`EMBRYONIC_SEED_MAP`]).
+#[unsafe(no_mangle)]
+pub static LB_EMBRYONIC_SEED: u32 = 0;
 
 /// Per-CPU scratch space for `bpf_fib_lookup` parameters (see `forward.rs`).
 #[map(name = "LB_FIB_SCRATCH")]

@@ -285,6 +285,127 @@ fn a_syn_flood_cannot_evict_or_move_established_flows() {
     });
 }
 
+/// Source ports from 1 whose flows (from the client to the dsr service) land in the
+/// same half-open bucket as `first`'s, `n` of them.
+fn same_bucket_ports(rig: &XdpRig, first: u16, n: usize) -> Vec<u16> {
+    let table = rig.dataplane.maps().embryonic_table();
+    let bucket = table.bucket_index(&key(CLIENT_ADDR, first, DSR_PORT, TCP));
+    let ports: Vec<u16> = (1..u16::MAX)
+        .filter(|&p| p != first)
+        .filter(|&p| table.bucket_index(&key(CLIENT_ADDR, p, DSR_PORT, TCP)) == bucket)
+        .take(n)
+        .collect();
+    assert_eq!(ports.len(), n, "ports sharing bucket {bucket}");
+    ports
+}
+
+/// Way stamps count milliseconds of the coarse clock, which moves a jiffy at a time
+/// (up to 10 ms): SYNs further apart than that are told apart by age.
+fn next_tick() {
+    std::thread::sleep(std::time::Duration::from_millis(15));
+}
+
+fn a_half_open_flow_outlives_three_newer_ones_in_its_bucket_not_four() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        // 16 buckets of 4 ways.
+        let tables = FlowTables {
+            embryonic_entries: 64,
+            ..FlowTables::default()
+        };
+        let mut rig = rig_with(&tables);
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let first = 46000;
+        let others = same_bucket_ports(&rig, first, 4);
+        rig.expect(&tcp(first, DSR_PORT, SYN).bytes, action::TX, Counter::Tx);
+        for &p in &others[..3] {
+            next_tick();
+            rig.expect(&tcp(p, DSR_PORT, SYN).bytes, action::TX, Counter::Tx);
+        }
+        let k = key(CLIENT_ADDR, first, DSR_PORT, TCP);
+        assert!(
+            entry(&rig, FlowTable::Embryonic, &k).is_some(),
+            "three newer flows in its bucket leave it"
+        );
+        next_tick();
+        rig.expect(
+            &tcp(others[3], DSR_PORT, SYN).bytes,
+            action::TX,
+            Counter::Tx,
+        );
+        assert!(
+            entry(&rig, FlowTable::Embryonic, &k).is_none(),
+            "the fourth takes the oldest way"
+        );
+        for &p in &others {
+            let k = key(CLIENT_ADDR, p, DSR_PORT, TCP);
+            assert!(entry(&rig, FlowTable::Embryonic, &k).is_some(), "port {p}");
+        }
+        // Flows in other buckets were not touched: a SYN elsewhere then its ACK.
+        let elsewhere = (1..u16::MAX)
+            .find(|&p| {
+                let t = rig.dataplane.maps().embryonic_table();
+                t.bucket_index(&key(CLIENT_ADDR, p, DSR_PORT, TCP)) != t.bucket_index(&k)
+            })
+            .expect("another bucket");
+        rig.run(&tcp(elsewhere, DSR_PORT, SYN).bytes);
+        // The replaced flow's ACK goes by the table and creates nothing; the newest
+        // one's is established.
+        let ack = tcp(first, DSR_PORT, ACK);
+        let out = rig.expect_events(&ack.bytes, action::TX, Counter::Tx, &[Counter::NonSynMiss]);
+        assert_dsr_to(&out, &ack.bytes, rig.expected_backend(&vip, &k));
+        assert!(entry(&rig, FlowTable::Established, &k).is_none());
+        for p in [others[3], elsewhere] {
+            rig.expect_events(
+                &tcp(p, DSR_PORT, ACK).bytes,
+                action::TX,
+                Counter::Tx,
+                &[Counter::EmbryonicPromoted],
+            );
+        }
+    });
+}
+
+fn a_torn_half_open_way_is_a_miss() {
+    lb_testbed::needs_root!();
+    FixtureHost::new().run(|| {
+        let mut rig = rig();
+        let vip = svc(DSR_PORT, TCP, ForwardingMode::Dsr, Vec::new()).key;
+        let k = key(CLIENT_ADDR, 47000, DSR_PORT, TCP);
+        rig.expect(&tcp(47000, DSR_PORT, SYN).bytes, action::TX, Counter::Tx);
+        // Another backend's entry under the flow's key and check, as a reader racing
+        // two writers of the way might see it.
+        let own = entry(&rig, FlowTable::Embryonic, &k).expect("half-open");
+        let other = *rig
+            .programmer
+            .service(&vip)
+            .expect("svc")
+            .backend_ids
+            .iter()
+            .find(|&&id| id != own.backend_id)
+            .expect("another backend");
+        let table = rig.dataplane.maps_mut().embryonic_table_mut();
+        let index = table.bucket_index(&k);
+        let mut bucket = table.bucket(index).expect("bucket");
+        let way = bucket
+            .ways
+            .iter_mut()
+            .find(|w| w.check != 0 && w.key == k)
+            .expect("the flow's way");
+        way.entry.backend_id = other;
+        table.set_bucket(index, bucket).expect("stage");
+        assert!(
+            entry(&rig, FlowTable::Embryonic, &k).is_none(),
+            "agent: a miss"
+        );
+        // The data plane takes it for a miss too: the ACK goes by the table, unpinned.
+        let ack = tcp(47000, DSR_PORT, ACK);
+        let out = rig.expect_events(&ack.bytes, action::TX, Counter::Tx, &[Counter::NonSynMiss]);
+        assert_dsr_to(&out, &ack.bytes, rig.expected_backend(&vip, &k));
+        assert!(entry(&rig, FlowTable::Established, &k).is_none());
+    });
+}
+
 fn an_entry_of_an_earlier_owner_is_ignored() {
     lb_testbed::needs_root!();
     FixtureHost::new().run(|| {
@@ -805,6 +926,8 @@ lb_testbed::hook_tests!(
     a_retransmitted_syn_keeps_its_first_choice,
     packets_that_are_not_a_syn_create_no_state,
     a_syn_flood_cannot_evict_or_move_established_flows,
+    a_half_open_flow_outlives_three_newer_ones_in_its_bucket_not_four,
+    a_torn_half_open_way_is_a_miss,
     an_entry_of_an_earlier_owner_is_ignored,
     a_syn_on_a_flow_of_a_draining_backend_chooses_again,
     a_nat_port_follows_the_connection_to_its_close,

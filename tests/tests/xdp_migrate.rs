@@ -178,3 +178,145 @@ fn nat_flows_of_the_previous_release_keep_their_port() {
         assert_eq!(u16::from_be_bytes([back.bytes[36], back.bytes[37]]), 45678);
     });
 }
+
+/// Creates and pins `LB_CT_EMBRYONIC_V1` as the releases before the set-associative
+/// table did: an LRU hash of flow key → flow entry with per-CPU lists.
+fn pin_old_embryonic_map(pin_dir: &std::path::Path) -> HashMap<MapData, FlowKey, FlowEntry> {
+    let def = bpf_map_def {
+        map_type: 9, // BPF_MAP_TYPE_LRU_HASH
+        key_size: 40,
+        value_size: 16,
+        max_entries: 1024,
+        map_flags: 2, // BPF_F_NO_COMMON_LRU
+        ..bpf_map_def::default()
+    };
+    let obj = aya_obj::Map::Legacy(LegacyMap {
+        def,
+        inner_def: None,
+        section_index: 0,
+        section_kind: EbpfSectionKind::Maps,
+        symbol_index: None,
+        data: Vec::new(),
+    });
+    let data = MapData::create(obj, names::EMBRYONIC_V1, None).expect("create the old map");
+    data.pin(pin_dir.join(names::EMBRYONIC_V1)).expect("pin it");
+    HashMap::try_from(Map::LruHashMap(data)).expect("typed")
+}
+
+fn dsr_client(sport: u16) -> FlowKey {
+    FlowKey {
+        src: addr16(CLIENT_ADDR.into()),
+        dst: addr16(VIP.into()),
+        src_port_be: sport.to_be(),
+        dst_port_be: 80u16.to_be(),
+        proto: TCP,
+        _pad: 0,
+        _pad2: 0,
+    }
+}
+
+/// The handshake's ACK of a flow whose SYN an earlier data plane saw: established,
+/// from the half-open entry (counted as a promotion), to the SYN's backend.
+fn ack_is_promoted(rig: &mut XdpRig, sport: u16, to: IpAddr) {
+    let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+    let ack = Packet::tcp4(eth, CLIENT_ADDR, sport, VIP, 80, b"").with_tcp_flags(ACK);
+    let out = rig.expect_events(
+        &ack.bytes,
+        action::TX,
+        lb_common::Counter::Tx,
+        &[lb_common::Counter::EmbryonicPromoted],
+    );
+    assert_eq!(
+        &out.bytes[0..6],
+        &lb_testbed::fixture::mac_of(to),
+        "port {sport}"
+    );
+}
+
+#[test]
+fn half_open_flows_survive_the_new_table_and_its_resize() {
+    lb_testbed::needs_root!();
+    let host = FixtureHost::new();
+    let dir = TempDir::new("migrate-embryonic");
+    let bpffs = BpfFs::mount(&dir.path().join("bpf"));
+    let pins = bpffs.path().join("lb");
+    host.run(move || {
+        let spec = ServiceSpec {
+            name: "dsr".into(),
+            key: vip_key(VIP.into(), 80, TCP),
+            mode: ForwardingMode::Dsr,
+            backends: (0..3).map(|i| backend(i).0).collect(),
+            table_size: None,
+            weights: Vec::new(),
+            ports: Vec::new(),
+        };
+        let syn = |sport: u16| {
+            let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
+            Packet::tcp4(eth, CLIENT_ADDR, sport, VIP, 80, b"").bytes
+        };
+        let (old_flow, old_to) = (dsr_client(48000), {
+            // The old release's half-open flow: its entry as this release writes it,
+            // moved into an LRU of the old name, the new table's pins removed.
+            let mut old = XdpRig::load_pinned(0x5eed, Some(&pins));
+            old.program(spec.clone());
+            let k = dsr_client(48000);
+            let to = old.expected_backend(&spec.key, &k);
+            old.expect(&syn(48000), action::TX, lb_common::Counter::Tx);
+            let e = old
+                .dataplane
+                .maps()
+                .flow(FlowTable::Embryonic, &k)
+                .expect("read")
+                .expect("half-open");
+            pin_old_embryonic_map(&pins)
+                .insert(k, e, 0)
+                .expect("old entry");
+            for name in [names::EMBRYONIC, names::EMBRYONIC_SEED] {
+                std::fs::remove_file(pins.join(name)).expect("unpin new map");
+            }
+            to
+        });
+        // The new release starts on those pins, and the flow's SYN is copied over.
+        let (seed, resized_to) = {
+            let mut rig = XdpRig::load_pinned(0x5eed, Some(&pins));
+            rig.programmer.adopt(rig.dataplane.maps()).expect("adopt");
+            rig.program(spec.clone());
+            rig.dataplane.finish_migration().expect("finish");
+            assert!(
+                !pins.join(names::EMBRYONIC_V1).exists(),
+                "the old pin is gone"
+            );
+            assert!(
+                rig.dataplane
+                    .maps()
+                    .flow(FlowTable::Embryonic, &old_flow)
+                    .expect("read")
+                    .is_some(),
+                "carried over"
+            );
+            ack_is_promoted(&mut rig, 48000, old_to);
+            // A SYN before the table is resized.
+            let k = dsr_client(48001);
+            let to = rig.expected_backend(&spec.key, &k);
+            rig.expect(&syn(48001), action::TX, lb_common::Counter::Tx);
+            (rig.dataplane.maps().embryonic_table().seed(), to)
+        };
+        // node.embryonic_entries changes: the pinned table is replaced by one of
+        // another size, its flows copied into their new buckets.
+        let tables = lb_model::config::FlowTables {
+            embryonic_entries: 1024,
+            ..lb_model::config::FlowTables::default()
+        };
+        let mut rig = XdpRig::load_sized(0x5eed, Some(&pins), &tables);
+        rig.programmer.adopt(rig.dataplane.maps()).expect("adopt");
+        rig.program(spec.clone());
+        rig.dataplane.finish_migration().expect("finish");
+        let table = rig.dataplane.maps().embryonic_table();
+        assert_eq!(
+            (table.capacity(), table.seed()),
+            (1024, seed),
+            "resized, same seed"
+        );
+        ack_is_promoted(&mut rig, 48001, resized_to);
+    });
+}

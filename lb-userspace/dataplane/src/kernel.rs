@@ -42,7 +42,7 @@ pub static BPF_OBJECT_LOG: &[u8] =
 
 /// Every map, pinned by name under the pin directory so a restarted agent (and `lbctl`)
 /// finds the same maps, conntrack included.
-pub const PINNED_MAPS: [&str; 21] = [
+pub const PINNED_MAPS: [&str; 22] = [
     names::FLOW_CACHE_GEN,
     names::ECHO_ADDRS,
     names::NAT_JOBS,
@@ -50,6 +50,7 @@ pub const PINNED_MAPS: [&str; 21] = [
     names::NAT,
     names::NAT_FLOWS,
     names::EMBRYONIC,
+    names::EMBRYONIC_SEED,
     names::PROGS,
     names::TC_PROGS,
     names::VIPS,
@@ -241,11 +242,15 @@ impl KernelDataplane {
         tables: &config::FlowTables,
     ) -> Result<Self, DataplaneError> {
         let level = crate::logrelay::ebpf_level();
+        let embryonic_mask = lb_common::halfopen::buckets_for(tables.embryonic_entries) - 1;
+        let embryonic_seed = embryonic_seed(pin_dir)?;
         let mut loader = EbpfLoader::new();
         loader
             .override_global(crate::logrelay::LOG_LEVEL, &level, false)
+            .override_global(names::EMBRYONIC_MASK_GLOBAL, &embryonic_mask, true)
+            .override_global(names::EMBRYONIC_SEED_GLOBAL, &embryonic_seed, true)
             .map_max_entries(names::CONNTRACK, tables.conntrack_entries)
-            .map_max_entries(names::EMBRYONIC, tables.embryonic_entries)
+            .map_max_entries(names::EMBRYONIC, embryonic_mask + 1)
             .map_max_entries(names::NAT, tables.nat_entries)
             .map_max_entries(names::NAT_FLOWS, tables.nat_entries);
         let mut migration = None;
@@ -273,6 +278,9 @@ impl KernelDataplane {
                 action: "loading the BPF object".into(),
                 source: Box::new(source),
             })?;
+        // Before any flow is copied in, and before the programs run: the next agent
+        // loads its program with the seed this table is filled with.
+        store_embryonic_seed(&mut ebpf, embryonic_seed)?;
         // Before the programs load: they refer to the ring buffer the relay takes.
         let log_relay = LogRelay::start(&mut ebpf, log::logger(), hook)?;
         let hp = programs_of(hook);
@@ -771,4 +779,53 @@ impl MapOps for KernelDataplane {
     fn delete_echo_addr(&mut self, addr: Addr) -> Result<(), DataplaneError> {
         crate::maps::removed(self.maps.echo.remove(&AddrKey { addr }), names::ECHO_ADDRS)
     }
+}
+
+/// The seed of the half-open table's bucket hash: the one pinned under `pin_dir` by an
+/// earlier agent (its table, reused, was filled with it), else a new random one.
+///
+/// # Errors
+/// The pinned seed cannot be read, or the kernel gave no random bytes.
+fn embryonic_seed(pin_dir: Option<&Path>) -> Result<u32, DataplaneError> {
+    if let Some(path) = pin_dir.map(|d| d.join(names::EMBRYONIC_SEED))
+        && path.exists()
+    {
+        let pinned = |source: aya::maps::MapError| DataplaneError::Pinned {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        };
+        let data = MapData::from_pin(&path).map_err(pinned)?;
+        let map: aya::maps::Array<MapData, u32> =
+            aya::maps::Array::try_from(aya::maps::Map::from_map_data(data).map_err(pinned)?)
+                .map_err(pinned)?;
+        let seed = map.get(&0, 0).map_err(pinned)?;
+        if seed != 0 {
+            return Ok(seed);
+        }
+    }
+    loop {
+        let mut bytes = [0u8; 4];
+        rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).map_err(
+            |e| DataplaneError::Program {
+                action: "drawing the half-open table's seed".into(),
+                source: Box::new(std::io::Error::from(e)),
+            },
+        )?;
+        // Zero stands for "not drawn yet" in the pinned map.
+        let seed = u32::from_ne_bytes(bytes);
+        if seed != 0 {
+            return Ok(seed);
+        }
+    }
+}
+
+/// Writes the half-open table's seed into its pinned map.
+fn store_embryonic_seed(ebpf: &mut Ebpf, seed: u32) -> Result<(), DataplaneError> {
+    let name = names::EMBRYONIC_SEED;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or(DataplaneError::Missing { what: "map", name })?;
+    let mut map: aya::maps::Array<&mut MapData, u32> =
+        aya::maps::Array::try_from(map).map_err(map_error("open", name))?;
+    map.set(0, seed, 0).map_err(map_error("set", name))
 }

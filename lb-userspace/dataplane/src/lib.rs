@@ -12,6 +12,7 @@
 
 pub mod bpffs;
 pub mod decap;
+pub mod halfopen;
 #[cfg(feature = "object")]
 pub mod kernel;
 #[cfg(feature = "object")]

@@ -16,6 +16,8 @@ use lb_common::{
 
 use lb_model::dataplane::{DataplaneError, Fill, FlowCounts, FlowTable, MapRead, Traffic};
 
+use crate::halfopen::HalfOpenTable;
+
 /// Every map lbd reads or writes, except the tail-call array.
 pub struct MapSet {
     pub(crate) vips: HashMap<MapData, VipKey, VipInfo>,
@@ -23,7 +25,8 @@ pub struct MapSet {
     pub(crate) lists: Array<MapData, u32>,
     pub(crate) chunks: Array<MapData, TableChunk>,
     pub(crate) conntrack: HashMap<MapData, FlowKey, FlowEntry>,
-    pub(crate) embryonic: HashMap<MapData, FlowKey, FlowEntry>,
+    pub(crate) embryonic: HalfOpenTable,
+    pub(crate) embryonic_seed: Array<MapData, u32>,
     pub(crate) nat_flows: HashMap<MapData, FlowKey, FlowEntry>,
     pub(crate) nat: HashMap<MapData, FlowKey, NatEntry>,
     pub(crate) config: Array<MapData, GlobalConfig>,
@@ -83,7 +86,8 @@ impl Source for Reopen<'_> {
             names::SERVICE_BACKENDS => m.lists.map(),
             names::TABLE_CHUNKS => m.chunks.map(),
             names::CONNTRACK => m.conntrack.map(),
-            names::EMBRYONIC => m.embryonic.map(),
+            names::EMBRYONIC => m.embryonic.map_data(),
+            names::EMBRYONIC_SEED => m.embryonic_seed.map(),
             names::NAT_FLOWS => m.nat_flows.map(),
             names::NAT => m.nat.map(),
             names::CONFIG => m.config.map(),
@@ -170,13 +174,16 @@ impl MapSet {
     }
 
     fn from_source(source: &mut impl Source) -> Result<Self, DataplaneError> {
+        let embryonic_seed = typed(source, names::EMBRYONIC_SEED)?;
+        let embryonic = HalfOpenTable::new(typed(source, names::EMBRYONIC)?, &embryonic_seed)?;
         Ok(Self {
             vips: typed(source, names::VIPS)?,
             backends: typed(source, names::BACKENDS)?,
             lists: typed(source, names::SERVICE_BACKENDS)?,
             chunks: typed(source, names::TABLE_CHUNKS)?,
             conntrack: typed(source, names::CONNTRACK)?,
-            embryonic: typed(source, names::EMBRYONIC)?,
+            embryonic,
+            embryonic_seed,
             nat_flows: typed(source, names::NAT_FLOWS)?,
             nat: typed(source, names::NAT)?,
             config: typed(source, names::CONFIG)?,
@@ -284,9 +291,7 @@ impl MapSet {
     /// The walk failed.
     pub fn embryonic_flows(&self) -> Result<Vec<(FlowKey, FlowEntry)>, DataplaneError> {
         let mut out = Vec::new();
-        walk(&self.embryonic, names::EMBRYONIC, |key, entry| {
-            out.push((key, entry));
-        })?;
+        self.embryonic.walk(|key, entry| out.push((key, entry)))?;
         Ok(out)
     }
 
@@ -322,7 +327,7 @@ impl MapSet {
     fn reader(&self) -> Result<ConntrackReader, DataplaneError> {
         Ok(ConntrackReader {
             conntrack: reopen(&self.conntrack, names::CONNTRACK)?,
-            embryonic: reopen(&self.embryonic, names::EMBRYONIC)?,
+            embryonic: self.embryonic.reopen()?,
             nat_flows: reopen(&self.nat_flows, names::NAT_FLOWS)?,
             nat: reopen(&self.nat, names::NAT)?,
         })
@@ -352,11 +357,11 @@ impl MapSet {
     pub fn forget_flow(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
         for (map, name) in [
             (&mut self.conntrack, names::CONNTRACK),
-            (&mut self.embryonic, names::EMBRYONIC),
             (&mut self.nat_flows, names::NAT_FLOWS),
         ] {
             removed(map.remove(key), name)?;
         }
+        self.embryonic.remove(key)?;
         self.invalidate_flow_cache()
     }
 
@@ -372,9 +377,14 @@ impl MapSet {
         entry: FlowEntry,
     ) -> Result<(), DataplaneError> {
         let name = table.map_name();
-        self.flow_map_mut(name)
-            .insert(key, entry, 0)
-            .map_err(map_error("insert", name))?;
+        if table == FlowTable::Embryonic {
+            self.embryonic
+                .put(key, entry, lb_model::dataplane::monotonic_ns())?;
+        } else {
+            self.flow_map_mut(name)
+                .insert(key, entry, 0)
+                .map_err(map_error("insert", name))?;
+        }
         self.invalidate_flow_cache()
     }
 
@@ -385,6 +395,9 @@ impl MapSet {
     /// # Errors
     /// The map update failed (a missing entry is not an error).
     pub fn evict(&mut self, table: FlowTable, key: &FlowKey) -> Result<(), DataplaneError> {
+        if table == FlowTable::Embryonic {
+            return self.embryonic.remove(key);
+        }
         let name = table.map_name();
         removed(self.flow_map_mut(name).remove(key), name)
     }
@@ -411,13 +424,22 @@ impl MapSet {
             .map_err(map_error("set", names::FLOW_CACHE_GEN))
     }
 
-    /// A flow table by map name (conntrack, embryonic, `nat` flows), writable.
+    /// A flow hash table by map name (conntrack, `nat` flows), writable.
     pub(crate) fn flow_map_mut(&mut self, name: &str) -> &mut HashMap<MapData, FlowKey, FlowEntry> {
         match name {
-            names::EMBRYONIC => &mut self.embryonic,
             names::NAT_FLOWS => &mut self.nat_flows,
             _ => &mut self.conntrack,
         }
+    }
+
+    /// The half-open table (its seed, its buckets).
+    pub fn embryonic_table(&self) -> &HalfOpenTable {
+        &self.embryonic
+    }
+
+    /// The half-open table, writable (the migration, fixtures staging a torn way).
+    pub fn embryonic_table_mut(&mut self) -> &mut HalfOpenTable {
+        &mut self.embryonic
     }
 
     #[cfg(feature = "object")]
@@ -491,7 +513,7 @@ fn reopen<K: aya::Pod, V: aya::Pod>(
 /// Handles of their own to the flow tables (see [`MapSet::conntrack_reader`]).
 pub struct ConntrackReader {
     conntrack: HashMap<MapData, FlowKey, FlowEntry>,
-    embryonic: HashMap<MapData, FlowKey, FlowEntry>,
+    embryonic: HalfOpenTable,
     nat_flows: HashMap<MapData, FlowKey, FlowEntry>,
     nat: HashMap<MapData, FlowKey, NatEntry>,
 }
@@ -528,10 +550,10 @@ impl ConntrackReader {
             }
         }
         let mut n = 0;
-        walk(&self.embryonic, names::EMBRYONIC, |_, _| n += 1)?;
+        self.embryonic.walk(|_, _| n += 1)?;
         counts.embryonic = Fill {
             entries: n,
-            capacity: capacity(&self.embryonic, names::EMBRYONIC)?,
+            capacity: self.embryonic.capacity(),
         };
         let mut n = 0;
         walk(&self.nat, names::NAT, |_, _| n += 1)?;
@@ -609,7 +631,7 @@ impl MapRead for MapSet {
     fn flow(&self, table: FlowTable, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
         let map = match table {
             FlowTable::Established => &self.conntrack,
-            FlowTable::Embryonic => &self.embryonic,
+            FlowTable::Embryonic => return self.embryonic.get(key),
             FlowTable::Nat => &self.nat_flows,
         };
         found(map.get(key, 0), "get", table.map_name())

@@ -13,10 +13,11 @@
 use lb_common::Addr;
 use std::path::{Path, PathBuf};
 
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{Array, HashMap, Map, MapData};
 use lb_common::{
-    FlowKey, NatEntry, NatState, NatTimeouts,
-    maps::{BPF_F_NO_COMMON_LRU_FLAG, FLOW_F_ESTABLISHED, names},
+    FlowEntry, FlowKey, NatEntry, NatState, NatTimeouts,
+    halfopen::{self, Bucket},
+    maps::{FLOW_F_ESTABLISHED, names},
 };
 
 use lb_model::{config::FlowTables, dataplane::DataplaneError};
@@ -30,8 +31,8 @@ fn shaped(tables: &FlowTables) -> [(&'static str, u32, u32); 4] {
         (names::CONNTRACK, tables.conntrack_entries, 0),
         (
             names::EMBRYONIC,
-            tables.embryonic_entries,
-            BPF_F_NO_COMMON_LRU_FLAG,
+            halfopen::buckets_for(tables.embryonic_entries),
+            0,
         ),
         (names::NAT, tables.nat_entries, 0),
         (names::NAT_FLOWS, tables.nat_entries, 0),
@@ -54,6 +55,8 @@ pub struct Migration {
     moved: Vec<(&'static str, MapData, PathBuf)>,
     /// The pre-V2 `nat` reply map and the old conntrack (its client side).
     legacy_nat: Option<(MapData, PathBuf)>,
+    /// The embryonic table of releases before `LB_CT_EMBRYONIC_V2` (an LRU hash).
+    legacy_embryonic: Option<(MapData, PathBuf)>,
     /// When the timeouts of migrated `nat` entries start.
     timeouts: NatTimeouts,
 }
@@ -135,12 +138,17 @@ impl Migration {
             let data = MapData::from_pin(&legacy).map_err(pinned_error(&legacy))?;
             migration.legacy_nat = Some((data, legacy));
         }
+        let legacy = pin_dir.join(names::EMBRYONIC_V1);
+        if legacy.exists() {
+            let data = MapData::from_pin(&legacy).map_err(pinned_error(&legacy))?;
+            migration.legacy_embryonic = Some((data, legacy));
+        }
         Ok(migration)
     }
 
     /// Whether anything is to be copied.
     pub fn is_empty(&self) -> bool {
-        self.moved.is_empty() && self.legacy_nat.is_none()
+        self.moved.is_empty() && self.legacy_nat.is_none() && self.legacy_embryonic.is_none()
     }
 
     /// Copies the old maps' entries into `maps` (entries already there are kept:
@@ -153,11 +161,17 @@ impl Migration {
         for (name, data, aside) in &self.moved {
             copied += match *name {
                 names::NAT => copy_into(data, aside, maps.nat_map_mut())?,
+                names::EMBRYONIC => copy_half_open(data, aside, maps)?,
                 _ => copy_into(data, aside, maps.flow_map_mut(name))?,
             };
         }
         if let Some((data, pin)) = &self.legacy_nat {
             copied += self.translate_legacy(data, pin, maps)?;
+        }
+        if let Some((data, pin)) = &self.legacy_embryonic {
+            let old: HashMap<MapData, FlowKey, FlowEntry> = open_as(data, pin)?;
+            let flows: Vec<(FlowKey, FlowEntry)> = old.iter().filter_map(Result::ok).collect();
+            copied += put_half_open(flows, maps)?;
         }
         Ok(copied)
     }
@@ -232,7 +246,7 @@ impl Migration {
             std::fs::remove_file(aside)
                 .map_err(io_error(format!("removing {}", aside.display())))?;
         }
-        if let Some((_, pin)) = &self.legacy_nat {
+        for (_, pin) in self.legacy_nat.iter().chain(&self.legacy_embryonic) {
             std::fs::remove_file(pin).map_err(io_error(format!("removing {}", pin.display())))?;
         }
         Ok(copied)
@@ -264,6 +278,43 @@ fn copy_into<V: aya::Pod>(
     let entries: Vec<(FlowKey, V)> = old.iter().filter_map(Result::ok).collect();
     for (key, value) in entries {
         if into.insert(key, value, u64::from(aya_noexist())).is_ok() {
+            copied += 1;
+        }
+    }
+    Ok(copied)
+}
+
+/// Copies the flows of a half-open table of another size (the same seed: the seed map
+/// outlives the table) into the new one.
+fn copy_half_open(data: &MapData, pin: &Path, maps: &mut MapSet) -> Result<usize, DataplaneError> {
+    let info = data.info().map_err(pinned_error(pin))?;
+    let again = MapData::from_id(info.id()).map_err(pinned_error(pin))?;
+    let map = Map::from_map_data(again).map_err(pinned_error(pin))?;
+    let old: Array<MapData, Bucket> = Array::try_from(map).map_err(pinned_error(pin))?;
+    let seed = maps.embryonic_table().seed();
+    let mut flows = Vec::new();
+    for bucket in old.iter() {
+        let bucket = bucket.map_err(pinned_error(pin))?;
+        for way in bucket.ways {
+            if halfopen::holds(seed, &way, &way.key) {
+                flows.push((way.key, way.entry));
+            }
+        }
+    }
+    put_half_open(flows, maps)
+}
+
+/// Writes half-open flows the new table does not hold yet (its own are newer).
+fn put_half_open(
+    flows: Vec<(FlowKey, FlowEntry)>,
+    maps: &mut MapSet,
+) -> Result<usize, DataplaneError> {
+    let now = lb_model::dataplane::monotonic_ns();
+    let table = maps.embryonic_table_mut();
+    let mut copied = 0;
+    for (key, entry) in flows {
+        if table.get(&key)?.is_none() {
+            table.put(&key, entry, now)?;
             copied += 1;
         }
     }

@@ -54,7 +54,8 @@ impl Default for NatTimeoutsConfig {
 pub struct FlowTables {
     /// Established `dsr` flows (one LRU shared by all CPUs).
     pub conntrack_entries: u32,
-    /// Half-open flows (per-CPU LRU lists: each CPU holds this / possible CPUs).
+    /// Half-open flows (`lb_common::halfopen`: buckets of four shared by all CPUs, the
+    /// count of buckets rounded up to a power of two).
     pub embryonic_entries: u32,
     /// `nat` flows (each takes one entry in each of the two `nat` maps).
     pub nat_entries: u32,

@@ -62,9 +62,10 @@ pub struct NodeConfig {
     #[serde(default = "default_conntrack_entries")]
     pub conntrack_entries: u32,
     /// Half-open flows (a SYN, or one UDP datagram, and nothing since; default
-    /// 262144). An LRU with one list per CPU: each possible CPU holds
-    /// `embryonic_entries / CPUs` of them, so a SYN flood on one CPU churns only its
-    /// own share.
+    /// 262144), shared by all CPUs: buckets of four (`lb_common::halfopen`), their
+    /// count rounded up to a power of two. A new flow takes a free way of its bucket,
+    /// else the one written longest ago, so a half-open flow stays while fewer than
+    /// four newer ones land in its bucket.
     #[serde(default = "default_embryonic_entries")]
     pub embryonic_entries: u32,
     /// `nat` flows the node can hold (default 262144): each takes one entry in each of
