@@ -14,7 +14,7 @@ const C1: u32 = 0xcc9e_2d51;
 const C2: u32 = 0x1b87_3593;
 
 #[inline(always)]
-pub(crate) const fn mix(h: u32, k: u32) -> u32 {
+const fn mix(h: u32, k: u32) -> u32 {
     let k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
     (h ^ k)
         .rotate_left(13)
@@ -23,7 +23,7 @@ pub(crate) const fn mix(h: u32, k: u32) -> u32 {
 }
 
 #[inline(always)]
-pub(crate) const fn finish(mut h: u32, len: u32) -> u32 {
+const fn finish(mut h: u32, len: u32) -> u32 {
     h ^= len;
     h ^= h >> 16;
     h = h.wrapping_mul(0x85eb_ca6b);
