@@ -393,6 +393,11 @@ impl XdpRig {
         p.backends[usize::from(p.table[slot as usize])]
     }
 
+    /// The fixture's `eth0`, which packets are run as received on.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
     /// Runs one packet through the program as if received on `eth0`.
     pub fn run(&mut self, packet: &[u8]) -> Outcome {
         self.run_timed(packet, false).0
@@ -526,7 +531,9 @@ impl XdpRig {
 
 /// One `BPF_PROG_TEST_RUN` of the XDP program `prog` on `packet`, as if received on
 /// interface `ifindex`: the outcome and the kernel-measured run time.
-fn test_run_xdp(
+/// Runs one packet through `prog` (BPF_PROG_TEST_RUN, repeat 1) as if received on
+/// `ifindex`: the verdict, the output bytes and the kernel-measured run time.
+pub fn test_run_xdp(
     prog: &mut aya::programs::Xdp,
     ifindex: u32,
     packet: &[u8],
