@@ -31,12 +31,17 @@ impl FileStamp {
     /// settled: there is nothing to wait for.
     pub fn settled(&self, now: SystemTime, settle: Duration) -> bool {
         match &self.0 {
-            Some((modified, _)) => now
-                .duration_since(*modified)
-                .map_or(true, |age| age >= settle),
+            Some((modified, _)) => modified_before(*modified, now, settle),
             None => true,
         }
     }
+}
+
+/// Whether a file last modified at `modified` was left alone for `settle` by `now` (a
+/// time ahead of `now` counts as settled, so a clock step cannot hold a read off).
+pub fn modified_before(modified: SystemTime, now: SystemTime, settle: Duration) -> bool {
+    now.duration_since(modified)
+        .map_or(true, |age| age >= settle)
 }
 
 #[cfg(test)]

@@ -4,6 +4,11 @@
 //! reported with its path and keeps contributing what it held before (the last good
 //! state keeps running); a removed file stops contributing. Rescanning is cheap when
 //! nothing changed: only modification times and sizes are compared.
+//!
+//! After the first scan, a changed or new file is read only once it was last modified
+//! [`SETTLE`] ago or more (it keeps what it held until then): a writer that truncates
+//! and then writes leaves a cut file in between, and YAML cut at a line boundary can
+//! parse, as a slice with fewer endpoints than it has.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -13,7 +18,10 @@ use std::{
     time::SystemTime,
 };
 
-use lb_model::endpointslice::{Parsed, ServiceBackends, ServiceKey, Slice, backends, parse};
+use lb_model::{
+    endpointslice::{Parsed, ServiceBackends, ServiceKey, Slice, backends, parse},
+    filestamp::{SETTLE, modified_before},
+};
 
 /// What a file looked like when last read.
 type Stamp = (SystemTime, u64);
@@ -27,6 +35,8 @@ pub struct SliceDir {
     rejected: BTreeMap<PathBuf, String>,
     /// Why the directory itself could not be read at the last scan.
     unreadable: Option<String>,
+    /// Whether a scan has run: the first reads every file as it is.
+    scanned: bool,
 }
 
 /// Backends and creation times discovered from slices.
@@ -47,11 +57,19 @@ impl SliceDir {
             files: BTreeMap::new(),
             rejected: BTreeMap::new(),
             unreadable: None,
+            scanned: false,
         }
     }
 
-    /// Rereads files that changed, appeared or disappeared. Returns whether anything did.
+    /// Rereads files that changed (and have settled, after the first scan), appeared
+    /// or disappeared. Returns whether anything did.
     pub fn scan(&mut self) -> bool {
+        self.scan_at(SystemTime::now())
+    }
+
+    /// [`SliceDir::scan`] as of `now`.
+    fn scan_at(&mut self, now: SystemTime) -> bool {
+        let first = !std::mem::replace(&mut self.scanned, true);
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) => {
@@ -82,7 +100,9 @@ impl SliceDir {
                 continue;
             };
             seen.insert(path.clone());
-            if self.files.get(&path).is_some_and(|(s, _)| *s == stamp) {
+            if self.files.get(&path).is_some_and(|(s, _)| *s == stamp)
+                || !(first || modified_before(stamp.0, now, SETTLE))
+            {
                 continue;
             }
             text.clear();
@@ -242,11 +262,49 @@ mod tests {
         );
 
         std::fs::write(&file, "a: [broken").expect("write");
-        d.scan();
+        d.scan_at(SystemTime::now() + SETTLE);
         assert_eq!(d.slices().len(), 1, "a broken file keeps what it held");
         std::fs::remove_file(&file).expect("rm");
         assert!(d.scan());
         assert!(d.slices().is_empty(), "a removed file contributes nothing");
+        std::fs::remove_dir_all(dir).expect("cleanup");
+    }
+
+    #[test]
+    fn a_changed_file_is_read_once_it_has_settled() {
+        let dir = std::env::temp_dir().join(format!("lbd-slices-settle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("web.yaml");
+        std::fs::write(&file, SLICE).expect("write");
+        let mut d = SliceDir::new(&dir);
+        assert!(d.scan(), "the first scan reads a file just written");
+        // Caught mid-write: cut before its ports, it still parses (a slice without
+        // ports contributes no backend).
+        let two = SLICE.replace(
+            "- addresses: [\"198.18.0.11\"]\n",
+            "- addresses: [\"198.18.0.11\"]\n- addresses: [\"198.18.0.12\"]\n",
+        );
+        assert_ne!(two, SLICE);
+        let cut = &two[..two.find("ports:").expect("ports")];
+        assert!(parse(cut).is_ok(), "the cut file parses");
+        std::fs::write(&file, cut).expect("write");
+        assert!(!d.scan(), "not read while it may still be written");
+        assert_eq!(d.slices().len(), 1, "it keeps what it held");
+        std::fs::write(&file, &two).expect("write");
+        assert!(!d.scan());
+        assert!(d.scan_at(SystemTime::now() + SETTLE), "read once settled");
+        let found = d.discovered();
+        let web = &found.backends[&("shop".to_owned(), "web".to_owned())]
+            [&("http".to_owned(), "TCP".to_owned())];
+        assert_eq!(web.len(), 2);
+        // A new file waits likewise; a removed one goes at once.
+        std::fs::write(dir.join("more.yaml"), SLICE.replace("web-1", "web-2")).expect("write");
+        assert!(!d.scan());
+        std::fs::remove_file(&file).expect("rm");
+        assert!(d.scan(), "removed");
+        assert!(d.slices().is_empty());
+        assert!(d.scan_at(SystemTime::now() + SETTLE));
+        assert_eq!(d.slices().len(), 1);
         std::fs::remove_dir_all(dir).expect("cleanup");
     }
 }
