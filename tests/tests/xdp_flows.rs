@@ -288,7 +288,11 @@ fn a_syn_flood_cannot_evict_or_move_established_flows() {
 /// Source ports from 1 whose flows (from the client to the dsr service) land in the
 /// same half-open bucket as `first`'s, `n` of them.
 fn same_bucket_ports(rig: &XdpRig, first: u16, n: usize) -> Vec<u16> {
-    let table = rig.dataplane.maps().embryonic_table();
+    let table = rig
+        .dataplane
+        .maps()
+        .embryonic_table()
+        .expect("half-open table");
     let bucket = table.bucket_index(&key(CLIENT_ADDR, first, DSR_PORT, TCP));
     let ports: Vec<u16> = (1..u16::MAX)
         .filter(|&p| p != first)
@@ -344,7 +348,11 @@ fn a_half_open_flow_outlives_three_newer_ones_in_its_bucket_not_four() {
         // Flows in other buckets were not touched: a SYN elsewhere then its ACK.
         let elsewhere = (1..u16::MAX)
             .find(|&p| {
-                let t = rig.dataplane.maps().embryonic_table();
+                let t = rig
+                    .dataplane
+                    .maps()
+                    .embryonic_table()
+                    .expect("half-open table");
                 t.bucket_index(&key(CLIENT_ADDR, p, DSR_PORT, TCP)) != t.bucket_index(&k)
             })
             .expect("another bucket");
@@ -384,7 +392,11 @@ fn a_torn_half_open_way_is_a_miss() {
             .iter()
             .find(|&&id| id != own.backend_id)
             .expect("another backend");
-        let table = rig.dataplane.maps_mut().embryonic_table_mut();
+        let table = rig
+            .dataplane
+            .maps_mut()
+            .embryonic_table_mut()
+            .expect("half-open table");
         let index = table.bucket_index(&k);
         let mut bucket = table.bucket(index).expect("bucket");
         let way = bucket

@@ -274,6 +274,19 @@ fn half_open_flows_survive_the_new_table_and_its_resize() {
             for name in [names::EMBRYONIC, names::EMBRYONIC_SEED] {
                 std::fs::remove_file(pins.join(name)).expect("unpin new map");
             }
+            // lbctl of this release reads such a node's pins (one not restarted since
+            // the upgrade) through the same calls.
+            let pinned = lb_dataplane::maps::MapSet::open_pinned(&pins).expect("open old pins");
+            assert!(pinned.embryonic_table().is_none());
+            assert_eq!(pinned.embryonic_flows().expect("walk"), vec![(k, e)]);
+            assert_eq!(
+                pinned.flow(FlowTable::Embryonic, &k).expect("read"),
+                Some(e)
+            );
+            assert_eq!(
+                pinned.flow_counts().expect("counts").embryonic.capacity,
+                1024
+            );
             to
         });
         // The new release starts on those pins, and the flow's SYN is copied over.
@@ -299,7 +312,14 @@ fn half_open_flows_survive_the_new_table_and_its_resize() {
             let k = dsr_client(48001);
             let to = rig.expected_backend(&spec.key, &k);
             rig.expect(&syn(48001), action::TX, lb_common::Counter::Tx);
-            (rig.dataplane.maps().embryonic_table().seed(), to)
+            (
+                rig.dataplane
+                    .maps()
+                    .embryonic_table()
+                    .expect("table")
+                    .seed(),
+                to,
+            )
         };
         // node.embryonic_entries changes: the pinned table is replaced by one of
         // another size, its flows copied into their new buckets.
@@ -311,7 +331,7 @@ fn half_open_flows_survive_the_new_table_and_its_resize() {
         rig.programmer.adopt(rig.dataplane.maps()).expect("adopt");
         rig.program(spec.clone());
         rig.dataplane.finish_migration().expect("finish");
-        let table = rig.dataplane.maps().embryonic_table();
+        let table = rig.dataplane.maps().embryonic_table().expect("table");
         assert_eq!(
             (table.capacity(), table.seed()),
             (1024, seed),

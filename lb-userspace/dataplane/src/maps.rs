@@ -25,8 +25,9 @@ pub struct MapSet {
     pub(crate) lists: Array<MapData, u32>,
     pub(crate) chunks: Array<MapData, TableChunk>,
     pub(crate) conntrack: HashMap<MapData, FlowKey, FlowEntry>,
-    pub(crate) embryonic: HalfOpenTable,
-    pub(crate) embryonic_seed: Array<MapData, u32>,
+    pub(crate) embryonic: Embryonic,
+    /// The half-open table's seed; absent in the pins of a release before it.
+    pub(crate) embryonic_seed: Option<Array<MapData, u32>>,
     pub(crate) nat_flows: HashMap<MapData, FlowKey, FlowEntry>,
     pub(crate) nat: HashMap<MapData, FlowKey, NatEntry>,
     pub(crate) config: Array<MapData, GlobalConfig>,
@@ -86,8 +87,11 @@ impl Source for Reopen<'_> {
             names::SERVICE_BACKENDS => m.lists.map(),
             names::TABLE_CHUNKS => m.chunks.map(),
             names::CONNTRACK => m.conntrack.map(),
-            names::EMBRYONIC => m.embryonic.map_data(),
-            names::EMBRYONIC_SEED => m.embryonic_seed.map(),
+            names::EMBRYONIC | names::EMBRYONIC_V1 => m.embryonic.map_data(),
+            names::EMBRYONIC_SEED => match &m.embryonic_seed {
+                Some(s) => s.map(),
+                None => return Err(DataplaneError::Missing { what: "map", name }),
+            },
             names::NAT_FLOWS => m.nat_flows.map(),
             names::NAT => m.nat.map(),
             names::CONFIG => m.config.map(),
@@ -174,8 +178,15 @@ impl MapSet {
     }
 
     fn from_source(source: &mut impl Source) -> Result<Self, DataplaneError> {
-        let embryonic_seed = typed(source, names::EMBRYONIC_SEED)?;
-        let embryonic = HalfOpenTable::new(typed(source, names::EMBRYONIC)?, &embryonic_seed)?;
+        let embryonic_seed: Option<Array<MapData, u32>> = typed(source, names::EMBRYONIC_SEED).ok();
+        let embryonic = match &embryonic_seed {
+            Some(seed) => {
+                Embryonic::Table(HalfOpenTable::new(typed(source, names::EMBRYONIC)?, seed)?)
+            }
+            // The pins of a node still running a release before the half-open table
+            // (lbctl of the new release on a node not restarted yet).
+            None => Embryonic::Legacy(typed(source, names::EMBRYONIC_V1)?),
+        };
         Ok(Self {
             vips: typed(source, names::VIPS)?,
             backends: typed(source, names::BACKENDS)?,
@@ -378,8 +389,7 @@ impl MapSet {
     ) -> Result<(), DataplaneError> {
         let name = table.map_name();
         if table == FlowTable::Embryonic {
-            self.embryonic
-                .put(key, entry, lb_model::dataplane::monotonic_ns())?;
+            self.embryonic.put(key, entry)?;
         } else {
             self.flow_map_mut(name)
                 .insert(key, entry, 0)
@@ -432,14 +442,21 @@ impl MapSet {
         }
     }
 
-    /// The half-open table (its seed, its buckets).
-    pub fn embryonic_table(&self) -> &HalfOpenTable {
-        &self.embryonic
+    /// The half-open table (its seed, its buckets); `None` in the pins of a node still
+    /// running a release before it (its embryonic LRU is read through the same calls).
+    pub fn embryonic_table(&self) -> Option<&HalfOpenTable> {
+        match &self.embryonic {
+            Embryonic::Table(t) => Some(t),
+            Embryonic::Legacy(_) => None,
+        }
     }
 
     /// The half-open table, writable (the migration, fixtures staging a torn way).
-    pub fn embryonic_table_mut(&mut self) -> &mut HalfOpenTable {
-        &mut self.embryonic
+    pub fn embryonic_table_mut(&mut self) -> Option<&mut HalfOpenTable> {
+        match &mut self.embryonic {
+            Embryonic::Table(t) => Some(t),
+            Embryonic::Legacy(_) => None,
+        }
     }
 
     #[cfg(feature = "object")]
@@ -513,7 +530,7 @@ fn reopen<K: aya::Pod, V: aya::Pod>(
 /// Handles of their own to the flow tables (see [`MapSet::conntrack_reader`]).
 pub struct ConntrackReader {
     conntrack: HashMap<MapData, FlowKey, FlowEntry>,
-    embryonic: HalfOpenTable,
+    embryonic: Embryonic,
     nat_flows: HashMap<MapData, FlowKey, FlowEntry>,
     nat: HashMap<MapData, FlowKey, NatEntry>,
 }
@@ -553,7 +570,7 @@ impl ConntrackReader {
         self.embryonic.walk(|_, _| n += 1)?;
         counts.embryonic = Fill {
             entries: n,
-            capacity: self.embryonic.capacity(),
+            capacity: self.embryonic.capacity()?,
         };
         let mut n = 0;
         walk(&self.nat, names::NAT, |_, _| n += 1)?;
@@ -677,5 +694,66 @@ impl MapRead for MapSet {
             .map(|k| k.map(|k| k.addr))
             .collect::<Result<Vec<_>, _>>()
             .map_err(map_error("iterate", names::ECHO_ADDRS))
+    }
+}
+
+/// The half-open table, or the embryonic LRU of the pins of a node still running a
+/// release before it (read, and written as that release's data plane would).
+pub(crate) enum Embryonic {
+    Table(HalfOpenTable),
+    Legacy(HashMap<MapData, FlowKey, FlowEntry>),
+}
+
+impl Embryonic {
+    fn map_data(&self) -> &MapData {
+        use aya::maps::IterableMap as _;
+        match self {
+            Self::Table(t) => t.map_data(),
+            Self::Legacy(m) => m.map(),
+        }
+    }
+
+    fn reopen(&self) -> Result<Self, DataplaneError> {
+        Ok(match self {
+            Self::Table(t) => Self::Table(t.reopen()?),
+            Self::Legacy(m) => Self::Legacy(reopen(m, names::EMBRYONIC_V1)?),
+        })
+    }
+
+    fn get(&self, key: &FlowKey) -> Result<Option<FlowEntry>, DataplaneError> {
+        match self {
+            Self::Table(t) => t.get(key),
+            Self::Legacy(m) => found(m.get(key, 0), "get", names::EMBRYONIC_V1),
+        }
+    }
+
+    fn put(&mut self, key: &FlowKey, entry: FlowEntry) -> Result<(), DataplaneError> {
+        match self {
+            Self::Table(t) => t.put(key, entry, lb_model::dataplane::monotonic_ns()),
+            Self::Legacy(m) => m
+                .insert(key, entry, 0)
+                .map_err(map_error("insert", names::EMBRYONIC_V1)),
+        }
+    }
+
+    fn remove(&mut self, key: &FlowKey) -> Result<(), DataplaneError> {
+        match self {
+            Self::Table(t) => t.remove(key),
+            Self::Legacy(m) => removed(m.remove(key), names::EMBRYONIC_V1),
+        }
+    }
+
+    fn walk(&self, each: impl FnMut(FlowKey, FlowEntry)) -> Result<(), DataplaneError> {
+        match self {
+            Self::Table(t) => t.walk(each),
+            Self::Legacy(m) => walk(m, names::EMBRYONIC_V1, each),
+        }
+    }
+
+    fn capacity(&self) -> Result<u64, DataplaneError> {
+        match self {
+            Self::Table(t) => Ok(t.capacity()),
+            Self::Legacy(m) => capacity(m, names::EMBRYONIC_V1),
+        }
     }
 }

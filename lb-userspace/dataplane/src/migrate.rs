@@ -291,7 +291,7 @@ fn copy_half_open(data: &MapData, pin: &Path, maps: &mut MapSet) -> Result<usize
     let again = MapData::from_id(info.id()).map_err(pinned_error(pin))?;
     let map = Map::from_map_data(again).map_err(pinned_error(pin))?;
     let old: Array<MapData, Bucket> = Array::try_from(map).map_err(pinned_error(pin))?;
-    let seed = maps.embryonic_table().seed();
+    let seed = maps.embryonic_table().ok_or_else(not_loaded)?.seed();
     let mut flows = Vec::new();
     for bucket in old.iter() {
         let bucket = bucket.map_err(pinned_error(pin))?;
@@ -304,13 +304,21 @@ fn copy_half_open(data: &MapData, pin: &Path, maps: &mut MapSet) -> Result<usize
     put_half_open(flows, maps)
 }
 
+/// The maps of a loaded object always have the half-open table.
+fn not_loaded() -> DataplaneError {
+    DataplaneError::Missing {
+        what: "map",
+        name: names::EMBRYONIC,
+    }
+}
+
 /// Writes half-open flows the new table does not hold yet (its own are newer).
 fn put_half_open(
     flows: Vec<(FlowKey, FlowEntry)>,
     maps: &mut MapSet,
 ) -> Result<usize, DataplaneError> {
     let now = lb_model::dataplane::monotonic_ns();
-    let table = maps.embryonic_table_mut();
+    let table = maps.embryonic_table_mut().ok_or_else(not_loaded)?;
     let mut copied = 0;
     for (key, entry) in flows {
         if table.get(&key)?.is_none() {
