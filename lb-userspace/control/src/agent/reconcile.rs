@@ -17,7 +17,6 @@ use lb_model::{
 use super::{
     Agent, AgentError, Host, compose, specs::dsr_backends, specs::weights_moved, stages::Weighted,
 };
-use crate::sources::slicedir::SliceDir;
 
 impl<D: MapOps, H: Host> Agent<D, H> {
     /// Advances fade-in ramps to `now`: rebuilds the tables of services whose effective
@@ -31,7 +30,7 @@ impl<D: MapOps, H: Host> Agent<D, H> {
         // The sources are read first, whatever the data plane does: a reconcile that
         // keeps failing must not stop the directory from being watched, and the next
         // one that succeeds programs what the sources say by then.
-        let scanned = self.slices.as_mut().is_some_and(SliceDir::scan);
+        let scanned = self.slices.as_mut().is_some_and(|d| d.scan_at(now));
         if scanned {
             self.desired.discovered = compose::discover(self.slices.as_ref(), self.etcd.as_ref());
             self.cache.configured = None;

@@ -67,8 +67,9 @@ impl SliceDir {
         self.scan_at(SystemTime::now())
     }
 
-    /// [`SliceDir::scan`] as of `now`.
-    fn scan_at(&mut self, now: SystemTime) -> bool {
+    /// [`SliceDir::scan`] as of `now` (the agent's tick: a file counts as settled by
+    /// the clock the tick runs on).
+    pub fn scan_at(&mut self, now: SystemTime) -> bool {
         let first = !std::mem::replace(&mut self.scanned, true);
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
