@@ -1,7 +1,8 @@
 //! Flows survive an upgrade from the release before `LB_NAT_V2`: its `nat` reply map
 //! (an LRU of a 40-byte reply entry) and the client side in conntrack are translated
 //! into the new maps when the new data plane loads, and the flow's packets go on being
-//! translated with the same NAT port, both ways.
+//! translated with the same NAT port, both ways. Half-open flows survive the upgrade
+//! from the embryonic LRU to the set-associative table, and a resize of that table.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -36,12 +37,13 @@ struct OldNatEntry {
 // SAFETY: repr(C), Copy, no padding (4 × 16 + 2 + 2 + 4 = 40 bytes), any bytes valid.
 unsafe impl aya::Pod for OldNatEntry {}
 
-/// Creates and pins `LB_NAT_V1` as the old release did: an LRU hash with per-CPU lists.
-fn pin_old_nat_map(pin_dir: &std::path::Path) -> HashMap<MapData, FlowKey, OldNatEntry> {
+/// Creates and pins an LRU hash named `name` with per-CPU lists, as the old releases
+/// created `LB_NAT_V1` and `LB_CT_EMBRYONIC_V1`.
+fn pin_old_lru<V: aya::Pod>(pin_dir: &std::path::Path, name: &str) -> HashMap<MapData, FlowKey, V> {
     let def = bpf_map_def {
         map_type: 9, // BPF_MAP_TYPE_LRU_HASH
-        key_size: 40,
-        value_size: 40,
+        key_size: size_of::<FlowKey>() as u32,
+        value_size: size_of::<V>() as u32,
         max_entries: 1024,
         map_flags: 2, // BPF_F_NO_COMMON_LRU
         ..bpf_map_def::default()
@@ -54,8 +56,8 @@ fn pin_old_nat_map(pin_dir: &std::path::Path) -> HashMap<MapData, FlowKey, OldNa
         symbol_index: None,
         data: Vec::new(),
     });
-    let data = MapData::create(obj, names::NAT_V1, None).expect("create the old nat map");
-    data.pin(pin_dir.join(names::NAT_V1)).expect("pin it");
+    let data = MapData::create(obj, name, None).expect("create the old map");
+    data.pin(pin_dir.join(name)).expect("pin it");
     HashMap::try_from(Map::LruHashMap(data)).expect("typed")
 }
 
@@ -112,7 +114,7 @@ fn nat_flows_of_the_previous_release_keep_their_port() {
                     },
                 )
                 .expect("old conntrack entry");
-            let mut v1 = pin_old_nat_map(&pins);
+            let mut v1 = pin_old_lru::<OldNatEntry>(&pins, names::NAT_V1);
             let reply = FlowKey {
                 src: addr16(backend(0).0),
                 dst: addr16(NAT_ADDR.into()),
@@ -177,30 +179,6 @@ fn nat_flows_of_the_previous_release_keep_their_port() {
         assert_eq!(&back.bytes[30..34], &CLIENT_ADDR.octets());
         assert_eq!(u16::from_be_bytes([back.bytes[36], back.bytes[37]]), 45678);
     });
-}
-
-/// Creates and pins `LB_CT_EMBRYONIC_V1` as the releases before the set-associative
-/// table did: an LRU hash of flow key → flow entry with per-CPU lists.
-fn pin_old_embryonic_map(pin_dir: &std::path::Path) -> HashMap<MapData, FlowKey, FlowEntry> {
-    let def = bpf_map_def {
-        map_type: 9, // BPF_MAP_TYPE_LRU_HASH
-        key_size: 40,
-        value_size: 16,
-        max_entries: 1024,
-        map_flags: 2, // BPF_F_NO_COMMON_LRU
-        ..bpf_map_def::default()
-    };
-    let obj = aya_obj::Map::Legacy(LegacyMap {
-        def,
-        inner_def: None,
-        section_index: 0,
-        section_kind: EbpfSectionKind::Maps,
-        symbol_index: None,
-        data: Vec::new(),
-    });
-    let data = MapData::create(obj, names::EMBRYONIC_V1, None).expect("create the old map");
-    data.pin(pin_dir.join(names::EMBRYONIC_V1)).expect("pin it");
-    HashMap::try_from(Map::LruHashMap(data)).expect("typed")
 }
 
 fn dsr_client(sport: u16) -> FlowKey {
@@ -268,7 +246,7 @@ fn half_open_flows_survive_the_new_table_and_its_resize() {
                 .flow(FlowTable::Embryonic, &k)
                 .expect("read")
                 .expect("half-open");
-            pin_old_embryonic_map(&pins)
+            pin_old_lru::<FlowEntry>(&pins, names::EMBRYONIC_V1)
                 .insert(k, e, 0)
                 .expect("old entry");
             for name in [names::EMBRYONIC, names::EMBRYONIC_SEED] {
