@@ -66,8 +66,8 @@ pub const fn buckets_for(entries: u32) -> u32 {
 /// Each address is folded into one word (for IPv4 flows the high words are the mapped
 /// prefix, the same for every flow), the two are multiplied in parallel with the seed
 /// and the ports, and a multiply-xorshift finish spreads the sum: a dependency chain
-/// of three multiplies, where a mix per word took seven (the SYN path runs it on every
-/// new flow, and every ACK that misses conntrack).
+/// of three multiplies, where four of murmur's mixes and its finish chained fourteen
+/// (the SYN path runs it on every new flow, and every ACK that misses conntrack).
 #[inline(always)]
 pub const fn bucket_of(seed: u32, mask: u32, key: &FlowKey) -> u32 {
     let [a, b, c, d] = key.src.0;
