@@ -26,6 +26,8 @@ pub struct Bucket {
 #[derive(Clone, Copy)]
 pub struct Found {
     way: usize,
+    /// The way's check word when found: the flow's own, and no other's.
+    check: u32,
     pub entry: FlowEntry,
 }
 
@@ -62,19 +64,33 @@ impl Bucket {
                     let entry = core::ptr::read_volatile(&raw const (*way).entry);
                     let stamp = core::ptr::read_volatile(&raw const (*way).stamp);
                     let whole = check == halfopen::check(self.seed, key, &entry, stamp);
-                    return whole.then_some(Found { way: i, entry });
+                    return whole.then_some(Found {
+                        way: i,
+                        check,
+                        entry,
+                    });
                 }
             }
         }
         None
     }
 
-    /// Frees the way `found` came from.
+    /// Frees the way `found` came from, unless another flow was written over it since
+    /// (its check word is then another's): a SYN on another CPU may have taken it as
+    /// the oldest way between `find` and here.
     #[inline(always)]
     pub fn remove(&self, found: &Found) {
         if found.way < WAYS {
-            // SAFETY: as in `find`; an aligned 4-byte store.
-            unsafe { core::ptr::write_volatile(&raw mut (*self.ptr).ways[found.way].check, 0) };
+            // SAFETY: as in `find`; aligned 4-byte accesses. The window between the
+            // read and the store is a few instructions, not closed: without an atomic
+            // compare-and-swap a write landing in it is cleared too (that flow then
+            // goes by the table, unpinned, as an evicted one would).
+            unsafe {
+                let check = &raw mut (*self.ptr).ways[found.way].check;
+                if core::ptr::read_volatile(check) == found.check {
+                    core::ptr::write_volatile(check, 0);
+                }
+            }
         }
     }
 
