@@ -70,8 +70,8 @@ impl Class {
         match self {
             Class::Floor => "empty XDP program (floor)",
             Class::NonVip => "non-VIP pass",
-            Class::EstablishedV4 => "established TCP v4 (conntrack hit)",
-            Class::EstablishedV6 => "established TCP v6 (conntrack hit)",
+            Class::EstablishedV4 => "established TCP v4 (flow cache hit)",
+            Class::EstablishedV6 => "established TCP v6 (flow cache hit)",
             Class::NewFlowV4 => "new flow v4 (SYN: Maglev + half-open insert)",
             Class::NewFlowsV4 => "SYN from a new 5-tuple every packet v4",
             Class::StrayAckV4 => "ACK without state v4 (dsr: table, no state)",
