@@ -25,6 +25,10 @@
 
 use crate::{FlowEntry, FlowKey};
 
+/// The table's map flags: `BPF_F_MMAPABLE`, so the agent reads and writes single ways
+/// through a shared mapping (a `bpf(2)` update rewrites a whole bucket).
+pub const MAP_FLAGS: u32 = 1 << 10;
+
 /// Ways per bucket: one bucket is 256 bytes, four cache lines.
 pub const WAYS: usize = 4;
 

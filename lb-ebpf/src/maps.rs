@@ -56,10 +56,13 @@ pub static FLOW_CACHE_GEN: Array<u64> = Array::with_max_entries(1, 0);
 /// Flows that have sent only their first packet (a SYN, one datagram): the
 /// set-associative table of `lb_common::halfopen`, shared by every CPU. Sized by
 /// `node.embryonic_entries` at load (`halfopen::buckets_for`), and the bucket mask and
-/// seed the program uses are its globals below.
+/// seed the program uses are its globals below. Mappable (`halfopen::MAP_FLAGS`): the
+/// agent reads and writes it a way at a time through a shared mapping.
 #[map(name = "LB_CT_EMBRYONIC_V2")]
-pub static EMBRYONIC: Array<lb_common::halfopen::Bucket> =
-    Array::with_max_entries(lb_common::halfopen::buckets_for(EMBRYONIC_ENTRIES), 0);
+pub static EMBRYONIC: Array<lb_common::halfopen::Bucket> = Array::with_max_entries(
+    lb_common::halfopen::buckets_for(EMBRYONIC_ENTRIES),
+    lb_common::halfopen::MAP_FLAGS,
+);
 
 /// The seed [`EMBRYONIC`] was filled with, pinned for the next agent; the data plane
 /// reads its copy in [`EMBRYONIC_SEED`] instead.

@@ -32,7 +32,7 @@ fn shaped(tables: &FlowTables) -> [(&'static str, u32, u32); 4] {
         (
             names::EMBRYONIC,
             halfopen::buckets_for(tables.embryonic_entries),
-            0,
+            halfopen::MAP_FLAGS,
         ),
         (names::NAT, tables.nat_entries, 0),
         (names::NAT_FLOWS, tables.nat_entries, 0),
