@@ -130,22 +130,19 @@ pub const fn check(seed: u32, key: &FlowKey, entry: &FlowEntry, stamp: u32) -> u
     (w ^ (w >> 13)) | 1
 }
 
-/// Whether two keys are the same flow (every field but the zero padding).
-#[inline(always)]
-pub fn same_flow(a: &FlowKey, b: &FlowKey) -> bool {
-    a.src == b.src
-        && a.dst == b.dst
-        && a.src_port_be == b.src_port_be
-        && a.dst_port_be == b.dst_port_be
-        && a.proto == b.proto
+impl Way {
+    /// Whether the way holds a flow written whole: not free, and its check matches
+    /// its words (a way torn between two writers does not).
+    #[inline(always)]
+    pub fn is_whole(&self, seed: u32) -> bool {
+        self.check != 0 && self.check == check(seed, &self.key, &self.entry, self.stamp)
+    }
 }
 
-/// What a copy of a way says about `key`.
+/// What a copy of a way says about `key`: whether it holds `key`'s flow, whole.
 #[inline(always)]
 pub fn holds(seed: u32, way: &Way, key: &FlowKey) -> bool {
-    way.check != 0
-        && same_flow(&way.key, key)
-        && way.check == check(seed, &way.key, &way.entry, way.stamp)
+    way.key.same_flow(key) && way.is_whole(seed)
 }
 
 /// The way a new flow takes in a bucket whose ways have these (check, stamp) pairs, at

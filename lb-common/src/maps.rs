@@ -454,6 +454,19 @@ pub struct FlowKey {
 }
 const _: () = assert!(size_of::<FlowKey>() == 40);
 
+impl FlowKey {
+    /// Whether `other` is the same flow: every field but the zero padding (a key read
+    /// from a map slot may carry whatever its writer left there).
+    #[inline(always)]
+    pub fn same_flow(&self, other: &FlowKey) -> bool {
+        self.src == other.src
+            && self.dst == other.dst
+            && self.src_port_be == other.src_port_be
+            && self.dst_port_be == other.dst_port_be
+            && self.proto == other.proto
+    }
+}
+
 /// Flow-entry flag (`nat` flows): the client has sent a packet after its SYN.
 pub const FLOW_F_ESTABLISHED: u16 = 1;
 /// Flow-entry flag (`nat` flows): the client has sent a FIN.

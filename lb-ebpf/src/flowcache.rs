@@ -56,7 +56,7 @@ impl Slot {
     pub fn probe(&self, key: &FlowKey, now: u64) -> Probe {
         // SAFETY: this CPU's slot, valid for this run; no other CPU writes it.
         let slot = unsafe { &*self.ptr };
-        if slot.generation != self.generation || !same_flow(&slot.key, key) {
+        if slot.generation != self.generation || !slot.key.same_flow(key) {
             Probe::Miss
         } else if now < slot.expires_ns {
             Probe::Fresh(slot.entry)
@@ -92,14 +92,4 @@ pub fn invalidate() {
         // racing writer's store is seen whole or not at all.
         unsafe { core::ptr::write_volatile(generation, fresh) };
     }
-}
-
-/// Whether two keys are the same flow (every field but the zero padding).
-#[inline(always)]
-fn same_flow(a: &FlowKey, b: &FlowKey) -> bool {
-    a.src == b.src
-        && a.dst == b.dst
-        && a.src_port_be == b.src_port_be
-        && a.dst_port_be == b.dst_port_be
-        && a.proto == b.proto
 }

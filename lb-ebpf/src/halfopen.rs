@@ -127,7 +127,7 @@ impl Bucket {
 
 /// Whether `a` (a way's key, in the map) is `b`, with one branch: a branch on a key
 /// field splits the verifier's states for the rest of the packet's path (with
-/// `halfopen::same_flow` here, and a hash that branched on IPv4, `lb_xdp` took 806,322
+/// `FlowKey::same_flow` here, and a hash that branched on IPv4, `lb_xdp` took 806,322
 /// instructions to verify, five times what it takes without either). The fields that
 /// differ most between flows come first.
 #[inline(always)]

@@ -300,7 +300,7 @@ impl HalfOpenTable {
     pub fn walk(&self, mut each: impl FnMut(FlowKey, FlowEntry)) -> Result<(), DataplaneError> {
         for index in 0..self.buckets.len() {
             for w in self.memory.read(index).ways {
-                if halfopen::holds(self.seed, &w, &w.key) {
+                if w.is_whole(self.seed) {
                     each(w.key, w.entry);
                 }
             }

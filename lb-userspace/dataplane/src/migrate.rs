@@ -296,7 +296,7 @@ fn copy_half_open(data: &MapData, pin: &Path, maps: &mut MapSet) -> Result<usize
     for bucket in old.iter() {
         let bucket = bucket.map_err(pinned_error(pin))?;
         for way in bucket.ways {
-            if halfopen::holds(seed, &way, &way.key) {
+            if way.is_whole(seed) {
                 flows.push((way.key, way.entry));
             }
         }
