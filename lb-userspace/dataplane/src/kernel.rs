@@ -787,18 +787,14 @@ impl MapOps for KernelDataplane {
 /// # Errors
 /// The pinned seed cannot be read, or the kernel gave no random bytes.
 fn embryonic_seed(pin_dir: Option<&Path>) -> Result<u32, DataplaneError> {
-    if let Some(path) = pin_dir.map(|d| d.join(names::EMBRYONIC_SEED))
-        && path.exists()
+    if let Some(dir) = pin_dir
+        && dir.join(names::EMBRYONIC_SEED).exists()
     {
-        let pinned = |source: aya::maps::MapError| DataplaneError::Pinned {
-            path: path.display().to_string(),
-            source: Box::new(source),
-        };
-        let data = MapData::from_pin(&path).map_err(pinned)?;
         let map: aya::maps::Array<MapData, u32> =
-            aya::maps::Array::try_from(aya::maps::Map::from_map_data(data).map_err(pinned)?)
-                .map_err(pinned)?;
-        let seed = map.get(&0, 0).map_err(pinned)?;
+            crate::maps::typed(&mut { dir }, names::EMBRYONIC_SEED)?;
+        let seed = map
+            .get(&0, 0)
+            .map_err(map_error("get", names::EMBRYONIC_SEED))?;
         if seed != 0 {
             return Ok(seed);
         }

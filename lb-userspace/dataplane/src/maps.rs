@@ -50,7 +50,7 @@ impl std::fmt::Debug for MapSet {
 }
 
 /// A map opener: by name, from a loaded object or from a pin directory.
-trait Source {
+pub(crate) trait Source {
     fn map(&mut self, name: &'static str) -> Result<Map, DataplaneError>;
 }
 
@@ -117,7 +117,8 @@ impl Source for Reopen<'_> {
     }
 }
 
-fn typed<T>(source: &mut impl Source, name: &'static str) -> Result<T, DataplaneError>
+/// The map `name` from `source`, typed (for a pin directory: `&mut { dir }`).
+pub(crate) fn typed<T>(source: &mut impl Source, name: &'static str) -> Result<T, DataplaneError>
 where
     T: TryFrom<Map, Error = aya::maps::MapError>,
 {

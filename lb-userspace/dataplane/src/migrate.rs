@@ -258,14 +258,15 @@ const fn aya_noexist() -> u32 {
     1
 }
 
-fn open_as<V: aya::Pod>(
-    data: &MapData,
-    pin: &Path,
-) -> Result<HashMap<MapData, FlowKey, V>, DataplaneError> {
+/// A handle of its own to an old map, typed (a hash map or an array).
+fn open_as<T>(data: &MapData, pin: &Path) -> Result<T, DataplaneError>
+where
+    T: TryFrom<Map, Error = aya::maps::MapError>,
+{
     let info = data.info().map_err(pinned_error(pin))?;
     let again = MapData::from_id(info.id()).map_err(pinned_error(pin))?;
     let map = Map::from_map_data(again).map_err(pinned_error(pin))?;
-    HashMap::try_from(map).map_err(pinned_error(pin))
+    T::try_from(map).map_err(pinned_error(pin))
 }
 
 fn copy_into<V: aya::Pod>(
@@ -287,10 +288,7 @@ fn copy_into<V: aya::Pod>(
 /// Copies the flows of a half-open table of another size (the same seed: the seed map
 /// outlives the table) into the new one.
 fn copy_half_open(data: &MapData, pin: &Path, maps: &mut MapSet) -> Result<usize, DataplaneError> {
-    let info = data.info().map_err(pinned_error(pin))?;
-    let again = MapData::from_id(info.id()).map_err(pinned_error(pin))?;
-    let map = Map::from_map_data(again).map_err(pinned_error(pin))?;
-    let old: Array<MapData, Bucket> = Array::try_from(map).map_err(pinned_error(pin))?;
+    let old: Array<MapData, Bucket> = open_as(data, pin)?;
     let seed = maps.embryonic_table().ok_or_else(not_loaded)?.seed();
     let mut flows = Vec::new();
     for bucket in old.iter() {
