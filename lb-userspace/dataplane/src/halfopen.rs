@@ -11,7 +11,7 @@
 
 use std::ptr::NonNull;
 
-use aya::maps::{Array, Map, MapData};
+use aya::maps::{Array, MapData};
 use lb_common::{
     FlowEntry, FlowKey,
     halfopen::{self, Bucket, WAYS, Way},
@@ -140,6 +140,11 @@ impl HalfOpenTable {
         let seed = seed
             .get(&0, 0)
             .map_err(map_error("get", names::EMBRYONIC_SEED))?;
+        Self::with_seed(buckets, seed)
+    }
+
+    /// The table, filled with `seed`, mapped.
+    fn with_seed(buckets: Array<MapData, Bucket>, seed: u32) -> Result<Self, DataplaneError> {
         if !buckets.len().is_power_of_two() {
             return Err(DataplaneError::Invalid {
                 service: names::EMBRYONIC.into(),
@@ -178,27 +183,8 @@ impl HalfOpenTable {
     /// # Errors
     /// The kernel refused a new handle.
     pub fn reopen(&self) -> Result<Self, DataplaneError> {
-        use aya::maps::IterableMap as _;
-        let name = names::EMBRYONIC;
-        let id = self
-            .buckets
-            .map()
-            .info()
-            .map_err(map_error("reopen", name))?
-            .id();
-        let data = MapData::from_id(id).map_err(map_error("reopen", name))?;
-        let map = Map::from_map_data(data).map_err(map_error("reopen", name))?;
-        let buckets: Array<MapData, Bucket> =
-            Array::try_from(map).map_err(map_error("reopen", name))?;
-        let memory = {
-            use aya::maps::IterableMap as _;
-            Mapping::new(buckets.map(), buckets.len())?
-        };
-        Ok(Self {
-            buckets,
-            memory,
-            seed: self.seed,
-        })
+        let buckets = crate::maps::reopen_as(self.map_data(), names::EMBRYONIC)?;
+        Self::with_seed(buckets, self.seed)
     }
 
     /// The bucket a key's flow is written to.

@@ -111,9 +111,7 @@ impl Source for Reopen<'_> {
             },
             _ => return Err(DataplaneError::Missing { what: "map", name }),
         };
-        let id = data.info().map_err(map_error("reopen", name))?.id();
-        let data = MapData::from_id(id).map_err(map_error("reopen", name))?;
-        Map::from_map_data(data).map_err(map_error("reopen", name))
+        reopen_map(data, name)
     }
 }
 
@@ -522,10 +520,23 @@ fn reopen<K: aya::Pod, V: aya::Pod>(
     name: &'static str,
 ) -> Result<HashMap<MapData, K, V>, DataplaneError> {
     use aya::maps::IterableMap as _;
-    let id = map.map().info().map_err(map_error("reopen", name))?.id();
+    reopen_as(map.map(), name)
+}
+
+/// A second handle to the map of `data`, opened by id and typed (a hash map, an
+/// array).
+pub(crate) fn reopen_as<T>(data: &MapData, name: &'static str) -> Result<T, DataplaneError>
+where
+    T: TryFrom<Map, Error = aya::maps::MapError>,
+{
+    T::try_from(reopen_map(data, name)?).map_err(map_error("reopen", name))
+}
+
+/// A second handle to the map of `data`, opened by id.
+fn reopen_map(data: &MapData, name: &'static str) -> Result<Map, DataplaneError> {
+    let id = data.info().map_err(map_error("reopen", name))?.id();
     let data = MapData::from_id(id).map_err(map_error("reopen", name))?;
-    let map = Map::from_map_data(data).map_err(map_error("reopen", name))?;
-    HashMap::try_from(map).map_err(map_error("reopen", name))
+    Map::from_map_data(data).map_err(map_error("reopen", name))
 }
 
 /// Handles of their own to the flow tables (see [`MapSet::conntrack_reader`]).
