@@ -55,6 +55,10 @@ struct Options {
     /// h2load's concurrent streams per connection (its connections are
     /// `connections / 2`, so that streams in flight stay near wrk's).
     streams: usize,
+    /// `--serve N`: start every proxy, print where each listens and its pid, and
+    /// wait N seconds instead of measuring: for `perf`, `strace` or a load generator
+    /// of one's own (`ip netns exec <namespace> ...`).
+    serve: u64,
 }
 
 fn options() -> Result<Options, String> {
@@ -65,6 +69,7 @@ fn options() -> Result<Options, String> {
         rounds: 3,
         pairs: 10,
         streams: 4,
+        serve: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -80,9 +85,10 @@ fn options() -> Result<Options, String> {
             "--rounds" => o.rounds = value("--rounds")?,
             "--pairs" => o.pairs = value("--pairs")?,
             "--streams" => o.streams = value("--streams")?,
+            "--serve" => o.serve = value("--serve")? as u64,
             other => {
                 return Err(format!(
-                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N --pairs N --streams N)"
+                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N --pairs N --streams N --serve N)"
                 ));
             }
         }
@@ -108,7 +114,8 @@ fn main() -> ExitCode {
     }
     let dir = TempDir::new("l7bench");
     let dir_path = dir.path().to_owned();
-    let report = ns.run(move || run(&opts, &dir_path));
+    let namespace = ns.name().to_owned();
+    let report = ns.run(move || run(&opts, &dir_path, &namespace));
     match report {
         Ok(text) => {
             println!("{text}");
@@ -188,6 +195,42 @@ struct Run {
     p99_ms: f64,
     requests: u64,
     errors: u64,
+    /// CPU time (user + system) the proxy under test spent per request, µs.
+    cpu_us: f64,
+}
+
+/// CPU time (user + system) process `pid` and its children have used so far, in
+/// seconds, from `/proc` (clock ticks): nginx's master has its workers as children,
+/// HAProxy and this process keep their threads in one process.
+fn cpu_seconds(pid: u32) -> f64 {
+    let ticks = |pid: &str| -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| {
+            fields
+                .get(n - 3)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        field(14) + field(15)
+    };
+    let me = pid.to_string();
+    let children =
+        std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+    let total: u64 = ticks(&me) + children.split_whitespace().map(ticks).sum::<u64>();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    total as f64 / hz
+}
+
+/// Runs `load` and adds the CPU time `pid` spent during it, per request, to its run.
+fn with_cpu(pid: u32, load: impl FnOnce() -> Result<Run, String>) -> Result<Run, String> {
+    let before = cpu_seconds(pid);
+    let mut run = load()?;
+    run.cpu_us = (cpu_seconds(pid) - before) * 1e6 / run.requests.max(1) as f64;
+    Ok(run)
 }
 
 fn wrk(opts: &Options, url: &str, seconds: u64) -> Result<Run, String> {
@@ -291,6 +334,42 @@ fn h2load(opts: &Options, url: &str, seconds: u64, log: &Path) -> Result<Run, St
     Ok(run)
 }
 
+/// One table of runs by proxy, medians over rounds: requests/s, p99, the proxy's CPU
+/// per request, and our first row's ratios to each of the others (the first `ours`
+/// rows are our own variants, which get none). Requests/s on this shared machine move
+/// with what else runs; the CPU a proxy spends per request moves much less, and is
+/// what decides who wins when the proxies, the load generator and the backend share
+/// the cores.
+fn table(out: &mut String, names: &[&str], runs: &[Vec<Run>], ours: usize) {
+    let med = |i: usize, f: fn(&Run) -> f64| median(runs[i].iter().map(f).collect());
+    let _ = writeln!(
+        out,
+        "{:<22} {:>12} {:>10} {:>12} {:>14} {:>17} {:>8}",
+        "proxy",
+        "requests/s",
+        "p99 ms",
+        "CPU µs/req",
+        "ours ÷ theirs",
+        "their CPU ÷ ours",
+        "errors"
+    );
+    let (rps0, cpu0) = (med(0, |r| r.rps), med(0, |r| r.cpu_us));
+    for (i, name) in names.iter().enumerate() {
+        let errors: u64 = runs[i].iter().map(|r| r.errors).sum();
+        let (rps, cpu) = (med(i, |r| r.rps), med(i, |r| r.cpu_us));
+        let (ratio, cpu_ratio) = if i < ours {
+            (String::from("-"), String::from("-"))
+        } else {
+            (format!("{:.2}×", rps0 / rps), format!("{:.2}×", cpu / cpu0))
+        };
+        let _ = writeln!(
+            out,
+            "{name:<22} {rps:>12.0} {:>10.2} {cpu:>12.2} {ratio:>14} {cpu_ratio:>17} {errors:>8}",
+            med(i, |r| r.p99_ms)
+        );
+    }
+}
+
 fn millis(v: &str) -> f64 {
     let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
     let n: f64 = num.parse().unwrap_or(0.0);
@@ -316,7 +395,7 @@ fn service(name: &str, port: u16, routes: &str) -> ServiceInput {
     }
 }
 
-fn run(opts: &Options, dir: &Path) -> Result<String, String> {
+fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
     let w = opts.workers;
     let _backend = nginx(
         dir,
@@ -327,7 +406,7 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
              location / {{ default_type text/plain; return 200 \"hello from the backend\\n\"; }} }} }}\n"
         ),
     )?;
-    let _nginx = nginx(
+    let nginx_proxy = nginx(
         dir,
         "proxy",
         &format!(
@@ -350,7 +429,7 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         ),
     )
     .map_err(|e| e.to_string())?;
-    let _haproxy = spawn(
+    let haproxy = spawn(
         "haproxy",
         &["-db", "-f", &haproxy_cfg.display().to_string()],
     )?;
@@ -405,30 +484,41 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
     // logging cost compares runs taken seconds apart. Both are routes with one filter
     // (`disableAccessLog()`, `enableAccessLog()`): the pair differs by the logging
     // alone, and the filter's own cost shows against the plain route.
+    let me = std::process::id();
+    if opts.serve > 0 {
+        println!(
+            "namespace {namespace}: lbd's proxy (pid {me}) on {FRONT}:80 and :85-89, nginx (master pid {}) on :81 and h2c :83, \
+             HAProxy (pid {}) on :82 and h2c :84, backend {BACKEND}; serving for {} s",
+            nginx_proxy.0.id(),
+            haproxy.0.id(),
+            opts.serve
+        );
+        std::thread::sleep(Duration::from_secs(opts.serve));
+        proxy.shutdown();
+        return Ok(String::new());
+    }
     let targets = [
-        ("lbd l7 proxy", 80),
-        ("lbd, filter, no log", 85),
-        ("lbd, access log on", 86),
-        ("nginx 1.22", 81),
-        ("HAProxy 2.6", 82),
+        ("lbd l7 proxy", 80, me),
+        ("lbd, filter, no log", 85, me),
+        ("lbd, access log on", 86, me),
+        ("nginx 1.22", 81, nginx_proxy.0.id()),
+        ("HAProxy 2.6", 82, haproxy.0.id()),
     ];
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); targets.len()];
     // A short warm-up of each, then alternating rounds.
-    for (_, port) in targets {
+    for (_, port, _) in targets {
         wrk(opts, &format!("http://{FRONT}:{port}/"), 1)?;
     }
     for _ in 0..opts.rounds {
-        for (i, (_, port)) in targets.iter().enumerate() {
-            runs[i].push(wrk(opts, &format!("http://{FRONT}:{port}/"), opts.seconds)?);
+        for (i, &(_, port, pid)) in targets.iter().enumerate() {
+            runs[i].push(with_cpu(pid, || {
+                wrk(opts, &format!("http://{FRONT}:{port}/"), opts.seconds)
+            })?);
         }
     }
     let rps: Vec<f64> = runs
         .iter()
         .map(|r| median(r.iter().map(|x| x.rps).collect()))
-        .collect();
-    let p99: Vec<f64> = runs
-        .iter()
-        .map(|r| median(r.iter().map(|x| x.p99_ms).collect()))
         .collect();
     let mut out = String::new();
     let _ = writeln!(
@@ -436,24 +526,8 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         "\nL7 proxy under wrk ({} threads, {} connections, {} s × {} rounds, medians; {w} workers each; backend nginx on loopback)",
         opts.workers, opts.connections, opts.seconds, opts.rounds
     );
-    let _ = writeln!(
-        out,
-        "{:<22} {:>12} {:>10} {:>14} {:>8}",
-        "proxy", "requests/s", "p99 ms", "ours ÷ theirs", "errors"
-    );
-    for (i, (name, _)) in targets.iter().enumerate() {
-        let errors: u64 = runs[i].iter().map(|r| r.errors).sum();
-        let ratio = if i < 3 {
-            String::from("-")
-        } else {
-            format!("{:.2}×", rps[0] / rps[i])
-        };
-        let _ = writeln!(
-            out,
-            "{name:<22} {:>12.0} {:>10.2} {:>14} {errors:>8}",
-            rps[i], p99[i], ratio
-        );
-    }
+    let names: Vec<&str> = targets.iter().map(|t| t.0).collect();
+    table(&mut out, &names, &runs, 3);
     let _ = writeln!(
         out,
         "access log on vs off (enableAccessLog() vs disableAccessLog()): {:+.1}% requests/s (medians); one filter vs none: {:+.1}%",
@@ -474,29 +548,27 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
 
     // h2c, the same way: a warm-up of each, then alternating rounds.
     let h2_targets = [
-        ("lbd l7 proxy", 80),
-        ("nginx 1.22", 83),
-        ("HAProxy 2.6", 84),
+        ("lbd l7 proxy", 80, me),
+        ("nginx 1.22", 83, nginx_proxy.0.id()),
+        ("HAProxy 2.6", 84, haproxy.0.id()),
     ];
     let h2_log = dir.join("h2load.log");
     let mut h2_runs: Vec<Vec<Run>> = vec![Vec::new(); h2_targets.len()];
-    for (_, port) in h2_targets {
+    for (_, port, _) in h2_targets {
         h2load(opts, &format!("http://{FRONT}:{port}/"), 1, &h2_log)?;
     }
     for _ in 0..opts.rounds {
-        for (i, (_, port)) in h2_targets.iter().enumerate() {
-            h2_runs[i].push(h2load(
-                opts,
-                &format!("http://{FRONT}:{port}/"),
-                opts.seconds,
-                &h2_log,
-            )?);
+        for (i, &(_, port, pid)) in h2_targets.iter().enumerate() {
+            h2_runs[i].push(with_cpu(pid, || {
+                h2load(
+                    opts,
+                    &format!("http://{FRONT}:{port}/"),
+                    opts.seconds,
+                    &h2_log,
+                )
+            })?);
         }
     }
-    let h2_rps: Vec<f64> = h2_runs
-        .iter()
-        .map(|r| median(r.iter().map(|x| x.rps).collect()))
-        .collect();
     let _ = writeln!(
         out,
         "\nh2c under h2load ({} threads, {} connections × {} streams, {} s × {} rounds, medians; p99 from h2load's per-request log)",
@@ -506,45 +578,37 @@ fn run(opts: &Options, dir: &Path) -> Result<String, String> {
         opts.seconds,
         opts.rounds
     );
-    let _ = writeln!(
-        out,
-        "{:<22} {:>12} {:>10} {:>14} {:>8}",
-        "proxy", "requests/s", "p99 ms", "ours ÷ theirs", "errors"
-    );
-    for (i, (name, _)) in h2_targets.iter().enumerate() {
-        let errors: u64 = h2_runs[i].iter().map(|r| r.errors).sum();
-        let p99 = median(h2_runs[i].iter().map(|x| x.p99_ms).collect());
-        let ratio = if i == 0 {
-            String::from("-")
-        } else {
-            format!("{:.2}×", h2_rps[0] / h2_rps[i])
-        };
-        let _ = writeln!(
-            out,
-            "{name:<22} {:>12.0} {p99:>10.2} {ratio:>14} {errors:>8}",
-            h2_rps[i]
-        );
-    }
+    let names: Vec<&str> = h2_targets.iter().map(|t| t.0).collect();
+    table(&mut out, &names, &h2_runs, 1);
 
     // The access log's cost, in pairs of short runs back to back (order alternating),
     // so drift between runs cancels; the median of the per-pair ratios.
     let mut ratios = Vec::with_capacity(opts.pairs);
+    let mut cpu_ratios = Vec::with_capacity(opts.pairs);
     for k in 0..opts.pairs {
         let (first, second) = if k % 2 == 0 { (85, 86) } else { (86, 85) };
-        let a = wrk(opts, &format!("http://{FRONT}:{first}/"), 2)?.rps;
-        let b = wrk(opts, &format!("http://{FRONT}:{second}/"), 2)?.rps;
+        let a = with_cpu(me, || wrk(opts, &format!("http://{FRONT}:{first}/"), 2))?;
+        let b = with_cpu(me, || wrk(opts, &format!("http://{FRONT}:{second}/"), 2))?;
         let (off, on) = if first == 85 { (a, b) } else { (b, a) };
-        ratios.push(on / off);
+        ratios.push(on.rps / off.rps);
+        cpu_ratios.push(on.cpu_us / off.cpu_us);
     }
     if !ratios.is_empty() {
-        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = ratios.iter().copied().fold(0.0, f64::max);
+        let range = |v: &[f64]| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            format!("{lo:.3}-{hi:.3}")
+        };
+        let (r, c) = (median(ratios.clone()), median(cpu_ratios.clone()));
         let _ = writeln!(
             out,
-            "access log on ÷ off, {} pairs of 2 s runs: median {:.3} (range {lo:.3}-{hi:.3}), i.e. {:+.1}% requests/s",
+            "access log on ÷ off, {} pairs of 2 s runs: requests/s median {r:.3} (range {}), i.e. {:+.1}%; \
+             proxy CPU per request median {c:.3} (range {}), i.e. {:+.1}%",
             ratios.len(),
-            median(ratios.clone()),
-            (median(ratios) - 1.0) * 100.0
+            range(&ratios),
+            (r - 1.0) * 100.0,
+            range(&cpu_ratios),
+            (c - 1.0) * 100.0
         );
     }
 

@@ -183,25 +183,27 @@ impl Conn {
     }
 
     /// Reads what the socket has into `rbuf`; `Ok(0)` at its end.
+    ///
+    /// Through the stream's `AsyncRead`, which takes a read that did not fill the
+    /// buffer as the socket drained and clears its readiness (edge-triggered epoll
+    /// says when more comes): the pool's [`Conn::is_usable`] probe of the idle
+    /// connection then costs no `recv` that can only fail with `EAGAIN`, one syscall
+    /// per request that `try_read_buf` (which keeps the readiness) cost.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.rbuf.capacity() - self.rbuf.len() < MIN_SPARE {
             self.rbuf.reserve(self.read_size);
         }
-        loop {
-            ready!(self.stream.poll_read_ready(cx))?;
-            let spare = self.rbuf.capacity() - self.rbuf.len();
-            match self.stream.try_read_buf(&mut self.rbuf) {
-                Ok(n) => {
-                    // A body that keeps filling the buffer gets bigger reads.
-                    if n == spare {
-                        self.read_size = (self.read_size * 2).min(MAX_READ_SIZE);
-                    }
-                    return Poll::Ready(Ok(n));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
+        let spare = self.rbuf.capacity() - self.rbuf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.stream),
+            cx,
+            &mut self.rbuf
+        ))?;
+        // A body that keeps filling the buffer gets bigger reads.
+        if n == spare {
+            self.read_size = (self.read_size * 2).min(MAX_READ_SIZE);
         }
+        Poll::Ready(Ok(n))
     }
 
     /// Puts the connection back into its worker's pool.
