@@ -37,7 +37,14 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, sync::watch};
 
-use super::{Shared, activity::Activity, headers::Peer, pending::Pending, service::ServiceState};
+use super::{
+    Shared,
+    activity::Activity,
+    headers::Peer,
+    pending::Pending,
+    service::ServiceState,
+    woken::{OnWake, Woken},
+};
 use lb_model::throttle::{AcceptBackoff, Throttle};
 
 /// How long an HTTP/1 connection must have been idle before a drain closes it.
@@ -223,10 +230,14 @@ async fn serve(
     let mut draining = false;
     let mut shut = false;
     let mut headless = true;
+    // The stop signals and the idle timer are polled only when they fired, not on
+    // every wake-up of this task (see `woken`).
+    let (stop_woken, idle_woken) = (Woken::new(), Woken::new());
     let result = loop {
         // The conditions are read when a round of waiting starts; a head may complete
         // during it, so the branches look again before they close anything.
         tokio::select! {
+            biased;
             r = conn.as_mut() => break r,
             () = &mut first_head, if headless => {
                 headless = false;
@@ -244,7 +255,7 @@ async fn serve(
                     break Ok(());
                 }
             }
-            () = stops.wait(), if !draining => {
+            () = OnWake::new(&stop_woken, Box::pin(stops.wait())), if !draining => {
                 draining = true;
                 if activity.start_draining() {
                     shut = true;
@@ -253,7 +264,7 @@ async fn serve(
                     idle.as_mut().reset(tokio::time::Instant::now());
                 }
             }
-            () = &mut idle, if !shut => {
+            () = OnWake::new(&idle_woken, idle.as_mut()), if !shut => {
                 let limit = if draining { DRAIN_IDLE.min(limits.idle_timeout) } else { limits.idle_timeout };
                 // A later HTTP/1 head's deadline, when it comes before the idle one.
                 let head = (activity.seen_request() && !activity.speaks_h2())

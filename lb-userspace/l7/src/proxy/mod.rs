@@ -24,6 +24,7 @@ pub use lb_model::config::TrustedProxies;
 mod tls;
 mod tunnel;
 mod upstream;
+mod woken;
 pub mod workers;
 
 /// The fuzz target `h1_response`: a backend's response bytes through the response
