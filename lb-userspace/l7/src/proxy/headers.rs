@@ -5,7 +5,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 /// Headers that belong to one connection (RFC 9110 §7.6.1, plus the legacy
 /// `Keep-Alive` and `Proxy-Connection`).
-const HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -20,23 +20,42 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 /// (the proxy does not tunnel protocol upgrades). The Host is never removed, whatever
 /// Connection lists: a client must not be able to take from the backend the Host
 /// that `preserveHost` or a filter chose for it.
+///
+/// Runs twice per proxied request (the request's head and the response's), so it
+/// looks before it removes: a name Connection lists is made only when the head has
+/// such a header (a backend's `Connection: keep-alive` would otherwise make, and
+/// allocate, a `keep-alive` name per response), and one pass over the head's names
+/// finds the hop-by-hop ones, instead of a hashed removal of each of the nine (Upgrade with them).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Names listed in Connection are removed first, while it is still there.
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .filter(|n| *n != header::HOST)
-        .collect();
-    for name in listed {
+    if headers.contains_key(header::CONNECTION) {
+        let listed: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && headers.contains_key(*n))
+            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+            .filter(|n| *n != header::HOST)
+            .collect();
+        for name in listed {
+            headers.remove(name);
+        }
+    }
+    // Each name at most once (the map's keys are distinct), so the eight hop-by-hop
+    // names and Upgrade fit.
+    let mut present: [Option<HeaderName>; HOP_BY_HOP.len() + 1] = Default::default();
+    let mut n = 0;
+    for name in headers.keys() {
+        if n < present.len() && (*name == header::UPGRADE || HOP_BY_HOP.contains(name)) {
+            present[n] = Some(name.clone());
+            n += 1;
+        }
+    }
+    for name in present.into_iter().flatten() {
         headers.remove(name);
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
-    }
-    headers.remove(header::UPGRADE);
 }
 
 /// A client connection's address, with its X-Forwarded-For value.
@@ -122,6 +141,28 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn every_hop_by_hop_name_goes_at_once_with_all_its_values() {
+        let mut h = HeaderMap::new();
+        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+            h.append(name, HeaderValue::from_static("a"));
+            h.append(name, HeaderValue::from_static("b"));
+        }
+        // Listed in two Connection values, in any case; one listed name is absent.
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_static("X-One, x-absent"),
+        );
+        h.append(header::CONNECTION, HeaderValue::from_static(" X-TWO ,"));
+        h.insert("x-one", HeaderValue::from_static("1"));
+        h.insert("x-two", HeaderValue::from_static("2"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["content-length"]);
+        assert_eq!(h.len(), 1);
     }
 
     #[test]

@@ -69,7 +69,9 @@ fn backend() -> SocketAddr {
                 let _ = stream.set_nodelay(true);
                 let mut buf = [0u8; 8192];
                 let mut have = 0;
-                let answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 23\r\n\r\nhello from the backend\n";
+                // With `Connection: keep-alive`, as nginx answers an HTTP/1.1 proxy:
+                // the header the proxy strips from every response.
+                let answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 23\r\nConnection: keep-alive\r\n\r\nhello from the backend\n";
                 loop {
                     match stream.read(&mut buf[have..]) {
                         Ok(0) | Err(_) => return,
