@@ -276,6 +276,35 @@ fn service_endpoint_updates_and_route_reloads_under_load_fail_no_request() {
     });
 }
 
+/// The default limit of 100 fields holds where the proxy leaves hyper at its own
+/// default (its parse arrays fixed, see `listen`) as it did with the limit told to
+/// hyper: a head of 99 fields passes, one of 100 gets 431 (hyper refuses the field
+/// that fills its last slot; the boundary is the same either way).
+#[test]
+fn the_default_header_count_limit_is_100() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let (proxy, _backend) = one_backend_proxy(&rt, &L7Config::default());
+        let vip: SocketAddr = format!("{VIP}:80").parse().expect("addr");
+        rt.block_on(async {
+            for (fields, status) in [(99, "HTTP/1.1 200"), (100, "HTTP/1.1 431")] {
+                let mut head = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+                for i in 1..fields {
+                    head.push_str(&format!("X-H{i}: v\r\n"));
+                }
+                head.push_str("Connection: close\r\n\r\n");
+                // Connection is a field too: one fewer X-H.
+                let head = head.replacen(&format!("X-H{}: v\r\n", fields - 1), "", 1);
+                let r = raw(vip, head.as_bytes()).await;
+                assert!(r.starts_with(status), "{fields} fields: {r:?}");
+            }
+        });
+        let mut proxy = proxy;
+        proxy.shutdown();
+    });
+}
+
 #[test]
 fn bad_clients_get_4xx_and_idle_connections_close() {
     lb_testbed::needs_root!();
