@@ -4,7 +4,8 @@
 //! (`198.18.0.11:8080`, a fixed 23-byte body). In front of it, on `198.18.0.1`, our
 //! proxy (the library lbd runs, in this process), nginx (`proxy_pass` with upstream
 //! keep-alive) and HAProxy (`http-reuse always`), each with the same number of
-//! workers. wrk drives each in turn, rounds alternating so drift hits all alike;
+//! workers. wrk drives each in turn, each round starting one proxy later so that
+//! drift and the order of runs hit all alike;
 //! requests/s and p99 latency are reported with our ratios, medians over the rounds.
 //! Then the same over h2c (HTTP/2 with prior knowledge, the backend side staying
 //! HTTP/1.1), driven by h2load: our proxy's port takes h2c beside HTTP/1.1, nginx
@@ -370,6 +371,13 @@ fn table(out: &mut String, names: &[&str], runs: &[Vec<Run>], ours: usize) {
     }
 }
 
+/// The order of `n` targets in round `round`: each round starts one target later.
+/// Back-to-back runs on this shared machine were seen to favour whichever ran first
+/// (by up to 15% of CPU per request); rotating gives every proxy each place in turn.
+fn rotated(n: usize, round: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |k| (k + round) % n)
+}
+
 fn millis(v: &str) -> f64 {
     let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
     let n: f64 = num.parse().unwrap_or(0.0);
@@ -509,8 +517,9 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
     for (_, port, _) in targets {
         wrk(opts, &format!("http://{FRONT}:{port}/"), 1)?;
     }
-    for _ in 0..opts.rounds {
-        for (i, &(_, port, pid)) in targets.iter().enumerate() {
+    for round in 0..opts.rounds {
+        for i in rotated(targets.len(), round) {
+            let (_, port, pid) = targets[i];
             runs[i].push(with_cpu(pid, || {
                 wrk(opts, &format!("http://{FRONT}:{port}/"), opts.seconds)
             })?);
@@ -557,8 +566,9 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
     for (_, port, _) in h2_targets {
         h2load(opts, &format!("http://{FRONT}:{port}/"), 1, &h2_log)?;
     }
-    for _ in 0..opts.rounds {
-        for (i, &(_, port, pid)) in h2_targets.iter().enumerate() {
+    for round in 0..opts.rounds {
+        for i in rotated(h2_targets.len(), round) {
+            let (_, port, pid) = h2_targets[i];
             h2_runs[i].push(with_cpu(pid, || {
                 h2load(
                     opts,
