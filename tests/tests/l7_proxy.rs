@@ -300,7 +300,6 @@ fn the_default_header_count_limit_is_100() {
                 assert!(r.starts_with(status), "{fields} fields: {r:?}");
             }
         });
-        let mut proxy = proxy;
         proxy.shutdown();
     });
 }
