@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::{TestRun as _, TestRunOptions};
-use lb_common::{Counter, CounterKind, FlowKey, GlobalConfig, flow_hash};
+use lb_common::{Counter, CounterKind, FlowKey, ForwardingMode, GlobalConfig, flow_hash};
 use lb_dataplane::kernel::KernelDataplane;
 use lb_model::config::FlowTables;
 pub use lb_model::config::Hook;
@@ -58,6 +58,28 @@ pub fn pin_thread_to_cpu(cpu: usize) -> std::io::Result<()> {
 pub fn backend(i: u8) -> (IpAddr, [u8; 6]) {
     let addr = Ipv4Addr::new(198, 18, 0, 11 + i);
     (IpAddr::V4(addr), [0x02, 0, 0, 0, 0, 0x11 + i])
+}
+
+/// A service on `vip:port` for `proto`, forwarding by `mode` to `backends` with the
+/// rest at its defaults (the table's own size, equal weights, no port list): what
+/// most data-plane tests and benchmarks program.
+pub fn service(
+    name: impl Into<String>,
+    vip: IpAddr,
+    port: u16,
+    proto: u8,
+    mode: ForwardingMode,
+    backends: Vec<IpAddr>,
+) -> ServiceSpec {
+    ServiceSpec {
+        name: name.into(),
+        key: lb_model::dataplane::vip_key(vip, port, proto),
+        mode,
+        backends,
+        table_size: None,
+        weights: Vec::new(),
+        ports: Vec::new(),
+    }
 }
 
 /// IPv6 backend `i` (0-based): address and MAC.

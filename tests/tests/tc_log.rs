@@ -5,10 +5,11 @@ use std::net::Ipv4Addr;
 
 use lb_common::{Counter, ForwardingMode};
 use lb_dataplane::kernel::BPF_OBJECT_LOG;
-use lb_model::dataplane::{ServiceSpec, vip_key};
+use lb_model::dataplane::ServiceSpec;
 use lb_testbed::{
     fixture::{
-        CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, Hook, XdpRig, action, backend, with_hook,
+        CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, Hook, XdpRig, action, backend, service,
+        with_hook,
     },
     packet::{Packet, TCP},
 };
@@ -18,15 +19,14 @@ const DSR_VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 1);
 const NAT_VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 100, 2);
 
 fn svc(vip: Ipv4Addr, mode: ForwardingMode) -> ServiceSpec {
-    ServiceSpec {
-        name: format!("{vip}:80"),
-        key: vip_key(vip.into(), 80, TCP),
+    service(
+        format!("{vip}:80"),
+        vip.into(),
+        80,
+        TCP,
         mode,
-        backends: vec![backend(0).0],
-        table_size: None,
-        weights: Vec::new(),
-        ports: Vec::new(),
-    }
+        vec![backend(0).0],
+    )
 }
 
 fn syn(vip: Ipv4Addr, sport: u16) -> Packet {

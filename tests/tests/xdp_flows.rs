@@ -10,12 +10,12 @@ use lb_common::{Counter, FlowEntry, FlowKey, ForwardingMode, NatState};
 use lb_dataplane::natsweep::NatSweeper;
 use lb_model::{
     config::FlowTables, dataplane::FlowTable, dataplane::MapRead as _, dataplane::ServiceSpec,
-    dataplane::addr16, dataplane::vip_key,
+    dataplane::addr16,
 };
 use lb_testbed::{
     fixture::{
         CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, Outcome, XdpRig, action, backend,
-        mac_of,
+        mac_of, service,
     },
     packet::{
         Packet, TCP, UDP,
@@ -30,15 +30,14 @@ const DSR_PORT: u16 = 80;
 const NAT_PORT: u16 = 8080;
 
 fn svc(port: u16, proto: u8, mode: ForwardingMode, backends: Vec<IpAddr>) -> ServiceSpec {
-    ServiceSpec {
-        name: format!("svc-{port}"),
-        key: vip_key(VIP.into(), port, proto),
+    service(
+        format!("svc-{port}"),
+        VIP.into(),
+        port,
+        proto,
         mode,
         backends,
-        table_size: None,
-        weights: Vec::new(),
-        ports: Vec::new(),
-    }
+    )
 }
 
 fn three() -> Vec<IpAddr> {

@@ -9,11 +9,11 @@ use std::net::Ipv4Addr;
 use aya::programs::Xdp;
 use aya_obj::programs::XdpAttachType;
 use lb_common::{FlowKey, ForwardingMode};
-use lb_model::{config::FlowTables, dataplane::ServiceSpec, dataplane::addr16, dataplane::vip_key};
+use lb_model::{config::FlowTables, dataplane::addr16};
 use lb_testbed::{
     fixture::{
         CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, mac_of, pin_thread_to_cpu,
-        test_run_xdp,
+        service, test_run_xdp,
     },
     lbd::{BpfFs, TempDir},
     packet::{
@@ -65,15 +65,14 @@ fn a_way_torn_by_two_cpus_never_sends_a_flow_to_another_flows_backend() {
             ..FlowTables::default()
         };
         let mut rig = XdpRig::load_sized(0x5eed, None, &tables);
-        let spec = ServiceSpec {
-            name: "dsr".into(),
-            key: vip_key(VIP.into(), 80, TCP),
-            mode: ForwardingMode::Dsr,
-            backends: (0..3).map(|i| backend(i).0).collect(),
-            table_size: None,
-            weights: Vec::new(),
-            ports: Vec::new(),
-        };
+        let spec = service(
+            "dsr",
+            VIP.into(),
+            80,
+            TCP,
+            ForwardingMode::Dsr,
+            (0..3).map(|i| backend(i).0).collect(),
+        );
         rig.program(spec.clone());
         // Thread t sends from ports t·FLOWS + 1 ...: where the table sends each flow.
         let want: Vec<Vec<[u8; 6]>> = (0..ROUNDS)

@@ -16,9 +16,9 @@ use lb_dataplane::{
     kernel::{BPF_OBJECT, BPF_OBJECT_LOG},
     logrelay::{LOG_LEVEL, LOG_MAP, LOG_NOTE, LOG_PROGRAM, LOG_PROGS},
 };
-use lb_model::dataplane::{ServiceSpec, vip_key};
+use lb_model::dataplane::ServiceSpec;
 use lb_testbed::{
-    fixture::{CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend},
+    fixture::{CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, service},
     is_root,
     packet::{Packet, TCP},
 };
@@ -70,15 +70,14 @@ impl Capture {
 }
 
 fn svc(vip: Ipv4Addr, mode: ForwardingMode) -> ServiceSpec {
-    ServiceSpec {
-        name: format!("{vip}:80"),
-        key: vip_key(vip.into(), 80, TCP),
+    service(
+        format!("{vip}:80"),
+        vip.into(),
+        80,
+        TCP,
         mode,
-        backends: vec![backend(0).0],
-        table_size: None,
-        weights: Vec::new(),
-        ports: Vec::new(),
-    }
+        vec![backend(0).0],
+    )
 }
 
 fn syn(vip: Ipv4Addr, sport: u16) -> Packet {

@@ -12,12 +12,11 @@ use aya_obj::{
     maps::{LegacyMap, bpf_map_def},
 };
 use lb_common::{FlowEntry, FlowKey, ForwardingMode, maps::names};
-use lb_model::{
-    dataplane::FlowTable, dataplane::MapRead as _, dataplane::ServiceSpec, dataplane::addr16,
-    dataplane::vip_key,
-};
+use lb_model::{dataplane::FlowTable, dataplane::MapRead as _, dataplane::addr16};
 use lb_testbed::{
-    fixture::{CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, XdpRig, action, backend},
+    fixture::{
+        CLIENT_ADDR, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, XdpRig, action, backend, service,
+    },
     lbd::{BpfFs, TempDir},
     packet::{Packet, TCP, flags::ACK},
 };
@@ -69,15 +68,14 @@ fn nat_flows_of_the_previous_release_keep_their_port() {
     let bpffs = BpfFs::mount(&dir.path().join("bpf"));
     let pins = bpffs.path().join("lb");
     host.run(move || {
-        let spec = ServiceSpec {
-            name: "nat".into(),
-            key: vip_key(VIP.into(), 8080, TCP),
-            mode: ForwardingMode::Nat,
-            backends: vec![backend(0).0],
-            table_size: None,
-            weights: Vec::new(),
-            ports: Vec::new(),
-        };
+        let spec = service(
+            "nat",
+            VIP.into(),
+            8080,
+            TCP,
+            ForwardingMode::Nat,
+            vec![backend(0).0],
+        );
         let client = FlowKey {
             src: addr16(CLIENT_ADDR.into()),
             dst: addr16(VIP.into()),
@@ -219,15 +217,14 @@ fn half_open_flows_survive_the_new_table_and_its_resize() {
     let bpffs = BpfFs::mount(&dir.path().join("bpf"));
     let pins = bpffs.path().join("lb");
     host.run(move || {
-        let spec = ServiceSpec {
-            name: "dsr".into(),
-            key: vip_key(VIP.into(), 80, TCP),
-            mode: ForwardingMode::Dsr,
-            backends: (0..3).map(|i| backend(i).0).collect(),
-            table_size: None,
-            weights: Vec::new(),
-            ports: Vec::new(),
-        };
+        let spec = service(
+            "dsr",
+            VIP.into(),
+            80,
+            TCP,
+            ForwardingMode::Dsr,
+            (0..3).map(|i| backend(i).0).collect(),
+        );
         let syn = |sport: u16| {
             let eth = Packet::eth(HOST_MAC, CLIENT_MAC, 0x0800);
             Packet::tcp4(eth, CLIENT_ADDR, sport, VIP, 80, b"").bytes

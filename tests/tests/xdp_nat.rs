@@ -4,11 +4,11 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_common::{Counter, ForwardingMode};
-use lb_model::{dataplane::ServiceSpec, dataplane::vip_key};
+use lb_model::dataplane::ServiceSpec;
 use lb_testbed::{
     fixture::{
         CLIENT_ADDR, CLIENT_ADDR6, CLIENT_MAC, FixtureHost, HOST_MAC, NAT_ADDR, NAT_ADDR6, Outcome,
-        ROUTED_V4, ROUTED_V6, ROUTER, ROUTER_MAC, XdpRig, action, backend, backend6,
+        ROUTED_V4, ROUTED_V6, ROUTER, ROUTER_MAC, XdpRig, action, backend, backend6, service,
     },
     packet::{Packet, TCP, UDP, checksum},
     rng::{self, RngExt},
@@ -19,15 +19,14 @@ const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0x100, 1);
 const PORTS: (u16, u16) = (30000, 100);
 
 fn nat_svc(vip: IpAddr, port: u16, proto: u8, backends: Vec<IpAddr>) -> ServiceSpec {
-    ServiceSpec {
-        name: format!("nat {vip}:{port}"),
-        key: vip_key(vip, port, proto),
-        mode: ForwardingMode::Nat,
+    service(
+        format!("nat {vip}:{port}"),
+        vip,
+        port,
+        proto,
+        ForwardingMode::Nat,
         backends,
-        table_size: None,
-        weights: Vec::new(),
-        ports: Vec::new(),
-    }
+    )
 }
 
 fn rig() -> XdpRig {

@@ -13,9 +13,9 @@ use std::{
 };
 
 use lb_common::ForwardingMode;
-use lb_model::{dataplane::FlowTable, dataplane::ServiceSpec, dataplane::vip_key};
+use lb_model::{dataplane::FlowTable, dataplane::ServiceSpec};
 use lb_testbed::{
-    fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6},
+    fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6, service},
     is_root,
     packet::{Packet, TCP, flags},
 };
@@ -98,42 +98,24 @@ fn services() -> Vec<ServiceSpec> {
     let b4: Vec<IpAddr> = (0..3).map(|i| backend(i).0).collect();
     let b6: Vec<IpAddr> = (0..3).map(|i| backend6(i).0).collect();
     vec![
-        ServiceSpec {
-            name: "nat".into(),
-            key: vip_key(VIP.into(), 8080, TCP),
-            mode: ForwardingMode::Nat,
-            backends: (0..3).map(|i| backend(i).0).collect(),
-            table_size: None,
-            weights: Vec::new(),
-            ports: Vec::new(),
-        },
-        ServiceSpec {
-            name: "web".into(),
-            key: vip_key(VIP.into(), 80, TCP),
-            mode: ForwardingMode::Dsr,
-            backends: b4,
-            table_size: None,
-            weights: Vec::new(),
-            ports: Vec::new(),
-        },
-        ServiceSpec {
-            name: "tunnel".into(),
-            key: vip_key(VIP.into(), 81, TCP),
-            mode: ForwardingMode::Ipip,
-            backends: (0..3).map(|i| backend(i).0).collect(),
-            table_size: None,
-            weights: Vec::new(),
-            ports: Vec::new(),
-        },
-        ServiceSpec {
-            name: "web6".into(),
-            key: vip_key(VIP6.into(), 80, TCP),
-            mode: ForwardingMode::Dsr,
-            backends: b6,
-            table_size: None,
-            weights: Vec::new(),
-            ports: Vec::new(),
-        },
+        service(
+            "nat",
+            VIP.into(),
+            8080,
+            TCP,
+            ForwardingMode::Nat,
+            (0..3).map(|i| backend(i).0).collect(),
+        ),
+        service("web", VIP.into(), 80, TCP, ForwardingMode::Dsr, b4),
+        service(
+            "tunnel",
+            VIP.into(),
+            81,
+            TCP,
+            ForwardingMode::Ipip,
+            (0..3).map(|i| backend(i).0).collect(),
+        ),
+        service("web6", VIP6.into(), 80, TCP, ForwardingMode::Dsr, b6),
     ]
 }
 
