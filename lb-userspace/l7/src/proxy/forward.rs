@@ -119,7 +119,7 @@ pub(super) async fn forward(
     let host = upstream_head(&mut headers, &uri, ex, client, bodiless);
     // skipper's `backendTimeout` is one deadline for every attempt.
     let deadline = ex.backend_timeout.map(|d| Instant::now() + d);
-    let path_and_query = ex.target(&uri).ok_or(Failure::Internal)?;
+    let mut path_and_query = Some(ex.target(uri).ok_or(Failure::Internal)?);
     let mut last = Failure::Unreachable;
     for attempt in 0..attempts {
         let i = if first + attempt >= n {
@@ -141,7 +141,12 @@ pub(super) async fn forward(
             });
             target.authority.clone_from(&endpoint.uri_authority);
         }
-        target.path_and_query = Some(path_and_query.clone());
+        // As the headers below: a copy for each attempt but the last, which moves it.
+        target.path_and_query = if attempt + 1 < attempts {
+            path_and_query.clone()
+        } else {
+            path_and_query.take()
+        };
         let Ok(target) = Uri::from_parts(target) else {
             return Err(Failure::Internal);
         };
@@ -282,11 +287,17 @@ pub(crate) fn upstream_head(
     client: &HeaderValue,
     bodiless: bool,
 ) -> Option<HeaderValue> {
-    // The client's Host, read before a filter's edits could drop it.
-    let incoming_host = headers.get(header::HOST).cloned().or_else(|| {
-        uri.authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
+    // The client's Host, read before a filter's edits could drop it, and only when it
+    // is the one sent: an HTTP/2 request carries it as `:authority`, which cannot
+    // become a header value without a copy (an allocation per h2 request).
+    let incoming_host = if ex.host == UpstreamHost::Incoming {
+        headers.get(header::HOST).cloned().or_else(|| {
+            uri.authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        })
+    } else {
+        None
+    };
     for edit in &ex.edits {
         edit.apply(headers);
     }

@@ -76,13 +76,15 @@ impl Exchange {
         }
     }
 
-    /// The path and query for the backend: the request's own (shared, not copied)
-    /// unless a filter rewrote them; `None` if a rewrite is no valid target.
-    pub fn target(&self, uri: &http::Uri) -> Option<http::uri::PathAndQuery> {
+    /// The path and query for the backend: the request's own (moved, not copied:
+    /// an h2 request's target is an unshared buffer that a clone would promote with
+    /// an allocation) unless a filter rewrote them; `None` if a rewrite is no valid
+    /// target.
+    pub fn target(&self, uri: http::Uri) -> Option<http::uri::PathAndQuery> {
         if !self.rewritten {
             return Some(
-                uri.path_and_query()
-                    .cloned()
+                uri.into_parts()
+                    .path_and_query
                     .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
             );
         }

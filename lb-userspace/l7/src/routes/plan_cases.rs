@@ -190,7 +190,10 @@ fn run(c: &Case) -> Result<(), String> {
             )
             .unwrap_or_else(|| HeaderValue::from_static("198.18.0.11:80"));
             headers.insert(http::header::HOST, host);
-            let target = plan.exchange.target(&parts.uri).ok_or("no valid target")?;
+            let target = plan
+                .exchange
+                .target(parts.uri.clone())
+                .ok_or("no valid target")?;
             if let Some(t) = &want.target
                 && t != target.as_str()
             {
