@@ -17,7 +17,11 @@
 //! interleaved slice per possible CPU and a CPU only takes over ports of its own slice,
 //! so two CPUs never race for one expired port.
 //!
-//! UDP over IPv4 with a zero checksum keeps it zero (no checksum, RFC 768).
+//! UDP with a zero checksum keeps it zero: "no checksum" over IPv4 (RFC 768), and
+//! over IPv6 a tunnel's that its endpoints agreed on (RFC 6935/6936) or else one the
+//! backend's stack drops. Either way it is the backend's to judge, as netfilter's NAT
+//! and the TC hook (`BPF_F_MARK_MANGLED_0`) leave it; an update would make a wrong
+//! checksum of it.
 
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
@@ -714,7 +718,7 @@ fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
             (*ip).src = csum::v4_of(&to.src);
             (*ip).dst = csum::v4_of(&to.dst);
         }
-        let udp_without_checksum = !pkt.ipv6 && key.proto == proto::UDP && old_check == 0;
+        let udp_without_checksum = key.proto == proto::UDP && old_check == 0;
         if !udp_without_checksum {
             let mut new = !csum::fold64(l4);
             if key.proto == proto::UDP && new == 0 {
