@@ -77,7 +77,8 @@ pub enum Counter {
     /// Dropped: would exceed the path MTU once encapsulated, and may not be told so
     /// (IPv4 without the don't-fragment bit: XDP cannot fragment).
     DropTooBig,
-    /// Dropped: an `ipip`/`gue` packet, but the `lb_tunnel` program is not installed.
+    /// Dropped: an `ipip`/`gue` packet handed to `lb_tunnel` that it cannot send: the
+    /// program is not installed, or the hand-over does not describe the packet.
     DropTunnelUnavailable,
     /// Dropped: an `ipip`/`gue` packet whose outer next hop has no resolved neighbour
     /// entry yet (handing the inner packet to the stack would not resolve it; lbd keeps

@@ -15,7 +15,9 @@ pub mod names {
     pub const NAT_PROGRAM: &str = "lb_nat";
     /// The `nat` ICMP-error program, tail-called from the ingress program.
     pub const NAT_ICMP_PROGRAM: &str = "lb_nat_icmp";
-    /// The `ipip`/`gue` encapsulation program, tail-called from the ingress program.
+    /// The `ipip`/`gue` encapsulation program, tail-called by the ingress program of
+    /// the release before (this one's encapsulates itself): kept for the instant of
+    /// an upgrade, when that program still runs.
     pub const TUNNEL_PROGRAM: &str = "lb_tunnel";
     /// Tail-call targets (V2: a third slot, `lb_tunnel`).
     pub const PROGS: &str = "LB_PROGS_V2";

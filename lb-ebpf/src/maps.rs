@@ -124,9 +124,9 @@ pub static NAT_SCRATCH: PerCpuArray<crate::nat::Scratch> = PerCpuArray::with_max
 pub static NAT_JOBS: PerCpuArray<crate::nat::Job> = PerCpuArray::with_max_entries(1, 0);
 
 /// Tail-call targets: `lb_nat` (`nat` flows), `lb_nat_icmp` (ICMP errors about them)
-/// and `lb_tunnel` (`ipip`/`gue` encapsulation), each with a stack frame of its own
-/// (the verifier allows 512 bytes per program, and one program doing everything does
-/// not fit).
+/// and `lb_tunnel` (`ipip`/`gue` encapsulation, tail-called only by the `lb_xdp` of
+/// the release before), each with a stack frame of its own (the verifier allows 512
+/// bytes per program, and one program doing everything does not fit).
 #[map(name = "LB_PROGS_V2")]
 pub static PROGS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 
@@ -134,17 +134,16 @@ pub static PROGS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 pub const PROG_NAT: u32 = 0;
 /// Index of `lb_nat_icmp` in [`PROGS`].
 pub const PROG_NAT_ICMP: u32 = 1;
-/// Index of `lb_tunnel` in [`PROGS`].
-pub const PROG_TUNNEL: u32 = 2;
+// Index 2 of [`PROGS`] holds `lb_tunnel`, which only an earlier release calls.
 
 /// [`PROGS`] of `lb_tc`: its TC twins `lb_tc_nat`, `lb_tc_nat_icmp` and
 /// `lb_tc_tunnel`, at the same indices (a program array holds one program type).
 #[map(name = "LB_TC_PROGS_V1")]
 pub static TC_PROGS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 
-/// Per-CPU hand-over from `lb_xdp` to `lb_tunnel`: the packet as parsed and the
-/// backend chosen, so the encapsulation neither parses nor looks up again. Pinned, as
-/// [`NAT_JOBS`] is.
+/// Per-CPU hand-over to `lb_tunnel` from the `lb_xdp` of the release before: the
+/// packet as parsed and the backend chosen, so the encapsulation neither parses nor
+/// looks up again. Pinned, as [`NAT_JOBS`] is.
 #[map(name = "LB_TUNNEL_JOBS_V1")]
 pub static TUNNEL_JOBS: PerCpuArray<crate::tunnel::Job> = PerCpuArray::with_max_entries(1, 0);
 

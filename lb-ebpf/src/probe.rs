@@ -5,7 +5,7 @@
 //! lbd's probe socket connects to VIP:port with a probe mark (`lb_common::probe`:
 //! magic, GUE bit, backend id); a policy rule routes marked packets out of the node's
 //! interface, where this program runs on TC egress. A marked packet is encapsulated to
-//! the backend exactly as `lb_tunnel` encapsulates a client's (`tunnel::to_backend`:
+//! the backend exactly as `lb_xdp` encapsulates a client's (`tunnel::to_backend`:
 //! outer source, next hop and MTU from the FIB, a SYN's MSS clamped), the mark cleared
 //! so it is not encapsulated twice, and sent: on this interface (`TC_ACT_OK`) or
 //! redirected to the FIB's. The backend answers from the VIP straight to the node's
@@ -240,7 +240,8 @@ pub fn steer(ctx: &Egress) -> (i32, ProbeCounter) {
         return shot(ProbeCounter::DropUnknownBackend);
     }
     let gue = mark & PROBE_MARK_GUE != 0;
-    let verdict = crate::tunnel::to_backend(ctx, &pkt, backend_id, backend, gue);
+    let verdict =
+        crate::tunnel::to_backend(ctx, &pkt, backend_id, backend, gue, crate::forward::now());
     let counter = if gue {
         ProbeCounter::EncapsulatedGue
     } else {

@@ -20,7 +20,7 @@
 use aya_ebpf::bindings::xdp_action;
 use lb_common::Addr;
 use lb_common::{
-    Backend, Counter, FlowKey, ForwardingMode, Sent, TunnelConfig, VipInfo,
+    Backend, Counter, FlowKey, Sent, TunnelConfig,
     maps::{BACKEND_F_IPV6, proto},
     tunnel::{flow_label, flow_mix, gue_source_port, outer_source},
 };
@@ -30,8 +30,7 @@ use crate::{
     ctx::Ctx,
     forward::{self, Hop, Query},
     icmp::{self, ICMP_LEN},
-    lookup::Choice,
-    maps::{BACKENDS, PROG_TUNNEL, TUNNEL, TUNNEL_JOBS},
+    maps::{BACKENDS, TUNNEL, TUNNEL_JOBS},
     parse::{EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, Packet, ptr_at},
 };
 
@@ -56,8 +55,9 @@ struct UdpHdr {
     check: [u8; 2],
 }
 
-/// What `lb_xdp` hands `lb_tunnel` (through [`TUNNEL_JOBS`]): the packet as parsed
-/// and the backend chosen.
+/// What the `lb_xdp` of the release before this one hands `lb_tunnel` (through
+/// [`TUNNEL_JOBS`]): the packet as parsed and the backend chosen. Its layout is ABI
+/// between the two releases.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Job {
@@ -74,39 +74,14 @@ pub struct Job {
     pub _pad: [u8; 3],
 }
 
-/// In `lb_xdp`: hands the packet and its backend to `lb_tunnel` (a program of its own,
-/// since `lb_xdp`'s stack frame has no room for the encapsulation). Returns only if
-/// the tail call fails.
-#[inline(always)]
-pub fn hand_over(ctx: &impl Ctx, pkt: &Packet, choice: &Choice, vip: &VipInfo) -> Verdict {
-    let Some(job) = TUNNEL_JOBS.get_ptr_mut(0) else {
-        return Verdict::drop(Counter::DropTunnelUnavailable);
-    };
-    // SAFETY: this CPU's slot; the tail call below runs on this CPU next.
-    unsafe {
-        crate::mem::store(&raw mut (*job).key, &pkt.key);
-        (*job).backend_id = choice.backend_id;
-        (*job).service_id = vip.service_id;
-        (*job).l3 = pkt.l3 as u16;
-        (*job).ip_len = pkt.ip_len;
-        (*job).ipv6 = u8::from(pkt.ipv6);
-        (*job).tcp_flags = pkt.tcp_flags;
-        (*job).gue = u8::from(vip.mode == ForwardingMode::Gue as u32);
-        (*job).icmp_error = u8::from(pkt.kind == Kind::IcmpError);
-        (*job).new_flow = u8::from(choice.new_flow);
-    }
-    ctx.tail_call(PROG_TUNNEL);
-    Verdict::drop(Counter::DropTunnelUnavailable)
-}
-
-/// `lb_tunnel`: the packet `lb_xdp` handed over, encapsulated and sent, and counted
-/// for its service and backend.
+/// `lb_tunnel`: the packet an earlier release's `lb_xdp` handed over, encapsulated and
+/// sent, and counted for its service and backend.
 #[inline(always)]
 pub fn steer(ctx: &impl Ctx) -> Verdict {
     let Some(job) = TUNNEL_JOBS.get_ptr(0) else {
         return Verdict::drop(Counter::DropTunnelUnavailable);
     };
-    // SAFETY: this CPU's slot, written by `lb_xdp` just before the tail call; read in
+    // SAFETY: this CPU's slot, written by the caller just before the tail call; read in
     // place (a copy would cost stack the log build does not have).
     let job = unsafe { &*job };
     let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
@@ -135,7 +110,14 @@ pub fn steer(ctx: &impl Ctx) -> Verdict {
     if pkt.kind == Kind::Flow && !crate::parse::describes(ctx, &pkt) {
         return Verdict::drop(Counter::DropTunnelUnavailable);
     }
-    let verdict = to_backend(ctx, &pkt, job.backend_id, backend, job.gue != 0);
+    let verdict = to_backend(
+        ctx,
+        &pkt,
+        job.backend_id,
+        backend,
+        job.gue != 0,
+        forward::now(),
+    );
     if verdict.forwarded() {
         let bytes = ctx.len() as u64;
         let new_flow = job.new_flow != 0;
@@ -149,8 +131,9 @@ pub fn steer(ctx: &impl Ctx) -> Verdict {
     verdict
 }
 
-/// Encapsulates the packet to `backend` and sends it (`gue`: in UDP). Also
-/// `lb_probe`'s, for the node's own health probes.
+/// Encapsulates the packet to `backend` and sends it (`gue`: in UDP): `lb_xdp`'s
+/// (inlined there, without a tail call), and `lb_probe`'s, for the node's own health
+/// probes. `now` is [`forward::now`].
 #[inline(always)]
 pub fn to_backend(
     ctx: &impl Ctx,
@@ -158,8 +141,8 @@ pub fn to_backend(
     backend_id: u32,
     backend: &Backend,
     gue: bool,
+    now: u64,
 ) -> Verdict {
-    let now = forward::now();
     let Some(cfg) = TUNNEL.get(0) else {
         return Verdict::drop(Counter::DropNoRoute);
     };
@@ -233,7 +216,7 @@ fn segment_len(ctx: &impl Ctx, pkt: &Packet, segment: u32) -> u32 {
     ip + l4 + segment
 }
 
-/// The next hop of the outer header. Not inlined (as [`encapsulate`]): `lb_tunnel`'s
+/// The next hop of the outer header. Not inlined (as [`encapsulate`]): `lb_xdp`'s
 /// stack frame cannot hold every step at once.
 #[inline(never)]
 fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
@@ -244,7 +227,7 @@ fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<H
 /// the frame's (moved) Ethernet header, or null if the frame cannot grow.
 ///
 /// Not inlined: a BPF function of its own has a stack frame of its own, and
-/// `lb_tunnel`'s cannot hold every step at once (at most five arguments).
+/// `lb_xdp`'s cannot hold every step at once (at most five arguments).
 #[inline(never)]
 fn encapsulate(
     ctx: &impl Ctx,
@@ -432,7 +415,7 @@ fn clamp_mss(ctx: &impl Ctx, pkt: &Packet, room: u32) {
 /// Answers a packet too big to encapsulate (module doc): the frame becomes the ICMP
 /// error in place, quoting the packet's IP header and 8 bytes after it, and goes back
 /// out where it came in. Not inlined: a function of its own has its own stack frame,
-/// which `lb_tunnel`'s (with the log build's record) has no room for.
+/// which `lb_xdp`'s (with the log build's record) has no room for.
 #[inline(never)]
 fn too_big(ctx: &impl Ctx, pkt: &Packet, room: u32) -> u64 {
     // The verdict as an integer: returned through memory, LLVM may leave the caller's

@@ -1,5 +1,5 @@
 //! Running the backends' `lb_decap` on crafted frames through `BPF_PROG_TEST_RUN`,
-//! and building the tunnel packets the load balancer's `lb_tunnel` sends.
+//! and building the tunnel packets the load balancer's `lb_xdp` sends.
 //!
 //! [`DecapRig`] loads the program (call it on a thread inside a namespace of the
 //! test's own, [`crate::Netns::run`]); [`Tunnel`] wraps an inner IP packet in the

@@ -728,10 +728,10 @@ fn tc_forwards_a_gro_merged_packet_whole() {
     });
 }
 
-/// `lb_tunnel` reached without its hand-over (a restarted agent's, while the old
-/// `lb_xdp` still runs and writes no slot of the new map; or a slot left by another
-/// packet): the packet is dropped, never encapsulated to the backend a zero or stale
-/// slot names.
+/// `lb_tunnel` (kept for the `lb_xdp` of the release before, which tail-calls it in
+/// the instant of an upgrade) reached without a hand-over: the packet is dropped,
+/// never encapsulated to the backend a zero or stale slot names. This release's
+/// `lb_xdp` encapsulates itself and writes no slot, so the slot stays empty.
 #[test]
 fn lb_tunnel_without_its_hand_over_sends_nothing_to_a_backend() {
     lb_testbed::needs_root!();
@@ -749,11 +749,11 @@ fn lb_tunnel_without_its_hand_over_sends_nothing_to_a_backend() {
         let before = rig.counter(Counter::DropTunnelUnavailable);
         let out = rig.run_program(name, &p);
         assert_eq!(out.action, action::DROP, "a zero slot");
-        // lb_xdp hands another flow over; this packet then reaches lb_tunnel directly.
+        // lb_xdp sends another flow itself; this packet then reaches lb_tunnel.
         let other = Packet::tcp4(eth4(), CLIENT, 43001, VIP, 80, b"y").bytes;
         assert_eq!(rig.run(&other).action, action::TX);
         let out = rig.run_program(name, &p);
-        assert_eq!(out.action, action::DROP, "a slot of another packet");
+        assert_eq!(out.action, action::DROP, "no slot after lb_xdp's own send");
         assert_eq!(out.bytes, p, "untouched");
         assert_eq!(rig.counter(Counter::DropTunnelUnavailable) - before, 2);
     });

@@ -78,7 +78,7 @@ impl Class {
             Class::NatEstablished => "nat established TCP v4 (tail call + SNAT)",
             Class::NatReply => "nat reply v4 (translated back)",
             Class::NatStrayAck => "ACK without state, nat (dropped)",
-            Class::IpipEstablishedV4 => "ipip established TCP v4 (tail call + encap)",
+            Class::IpipEstablishedV4 => "ipip established TCP v4 (encapsulated)",
             Class::IpipNewFlowV4 => "ipip new flow v4 (SYN: Maglev + encap)",
             Class::DecapIpipV4 => "backend lb_decap: ipip v4 stripped (TC)",
             Class::DecapPass => "backend lb_decap: not a tunnel, passed (TC)",
@@ -447,7 +447,11 @@ fn main() -> ExitCode {
         let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); classes.len()]; rigs.len()];
         for t in 0..trials {
             for (c, class) in classes.iter().enumerate() {
-                for (s, rig) in rigs.iter_mut().enumerate() {
+                // Each trial starts with the next subject: of two objects measured back
+                // to back, the second measured 10-30% faster on identical code here.
+                let n = rigs.len();
+                for s in (0..n).map(|i| (i + t) % n) {
+                    let rig = &mut rigs[s];
                     let decap_class = matches!(class, Class::DecapIpipV4 | Class::DecapPass);
                     if decap_class && s > 0 {
                         // The backend's program is the embedded one's for every subject.

@@ -2,7 +2,7 @@
 //! host serves, the GUE ports), its counters, and — with the `object` feature — loading
 //! it and attaching it to an interface's TC ingress with TCX ([`load::Decap`]).
 //!
-//! In the design's terms: the load balancer's `lb_tunnel` encapsulates a client's
+//! In the design's terms: the load balancer's `lb_xdp` encapsulates a client's
 //! packet to the backend; on the backend, `lb_decap` strips the outer headers of
 //! packets whose inner destination is one of the host's VIPs and hands the client's
 //! packet, unchanged, to the stack, which delivers it to the VIP on a loopback or dummy

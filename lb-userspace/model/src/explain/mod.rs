@@ -201,7 +201,7 @@ pub struct Explanation {
     pub encapsulation: Option<Encapsulation>,
 }
 
-/// The outer header of a tunnelled flow's packets, as `lb_tunnel` writes it.
+/// The outer header of a tunnelled flow's packets, as `lb_xdp` writes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Encapsulation {
     /// `ipip` or `gue`.
@@ -394,7 +394,7 @@ pub fn explain(maps: &impl MapRead, flow: Flow) -> Result<Explanation, Dataplane
     Ok(out)
 }
 
-/// The outer header `lb_tunnel` writes for `key` towards `backend`.
+/// The outer header `lb_xdp` writes for `key` towards `backend`.
 fn encapsulation(
     cfg: &lb_common::TunnelConfig,
     mode: ForwardingMode,
