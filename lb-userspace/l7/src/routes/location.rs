@@ -138,29 +138,44 @@ impl Location {
             } else {
                 &self.host
             };
+            // The path, as the bytes to escape or as text to copy: written straight
+            // into `out`, no buffer of its own (a redirect answers every request of
+            // its route).
+            let decoded;
             let path = if self.path.is_empty() {
                 // The request's path, decoded and escaped again as Go does: only
-                // `Path` is copied, not its raw form.
-                let mut decoded = Vec::with_capacity(req.path.len());
-                path_unescape_into(req.path, &mut decoded);
-                let mut p = String::with_capacity(req.path.len());
-                escape_path_into(&mut p, &decoded);
-                p
+                // `Path` is copied, not its raw form. Without a `%` the decoding
+                // changes nothing (paths decode no `+`).
+                if req.path.contains('%') {
+                    let mut d = Vec::with_capacity(req.path.len());
+                    path_unescape_into(req.path, &mut d);
+                    decoded = d;
+                    PathText::Escape(&decoded)
+                } else {
+                    PathText::Escape(req.path.as_bytes())
+                }
             } else if !self.raw_path.is_empty() && gopath::valid_encoded(&self.raw_path) {
-                self.raw_path.clone()
+                PathText::Verbatim(&self.raw_path)
             } else {
-                let mut p = String::with_capacity(self.path.len());
-                escape_path_into(&mut p, self.path.as_bytes());
-                p
+                PathText::Escape(self.path.as_bytes())
             };
-            if !host.is_empty() || !path.is_empty() {
+            // Escaping keeps a path's emptiness and its leading `/` (a `/` stays as it
+            // is, every other byte becomes itself or `%XX`).
+            let (empty, rooted) = match path {
+                PathText::Escape(b) => (b.is_empty(), b.first() == Some(&b'/')),
+                PathText::Verbatim(t) => (t.is_empty(), t.starts_with('/')),
+            };
+            if !host.is_empty() || !empty {
                 out.push_str("//");
             }
             out.push_str(host);
-            if !path.is_empty() && !path.starts_with('/') && !host.is_empty() {
+            if !empty && !rooted && !host.is_empty() {
                 out.push('/');
             }
-            out.push_str(&path);
+            match path {
+                PathText::Escape(b) => escape_path_into(&mut out, b),
+                PathText::Verbatim(t) => out.push_str(t),
+            }
         } else {
             out.push_str(&self.opaque);
         }
@@ -179,6 +194,15 @@ impl Location {
         }
         out
     }
+}
+
+/// A Location's path as [`Location::render`] writes it.
+#[derive(Clone, Copy)]
+enum PathText<'a> {
+    /// Decoded bytes, escaped as Go's `URL.EscapedPath` escapes them.
+    Escape(&'a [u8]),
+    /// A valid raw path, written as it is.
+    Verbatim(&'a str),
 }
 
 /// Go's `getScheme`: a letter, then letters, digits, `+`, `-`, `.`, up to a colon;
