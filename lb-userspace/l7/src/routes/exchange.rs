@@ -55,9 +55,11 @@ impl Exchange {
     }
 
     /// The request's path and query as filters left them: an exchange starts with
-    /// copies only when the route has filters.
-    pub fn for_request(uri: &http::Uri, has_filters: bool) -> Self {
-        if !has_filters {
+    /// copies only when the route's filters read or change them
+    /// ([`super::Route::filters_read_target`]); without, `path` and `query` stay
+    /// empty and the request's own are forwarded (`rewritten` stays false).
+    pub fn for_request(uri: &http::Uri, reads_target: bool) -> Self {
+        if !reads_target {
             return Self::default();
         }
         Self {

@@ -175,6 +175,29 @@ impl PathTemplate {
 }
 
 impl Filter {
+    /// Whether the filter reads or changes the request's path or query (a template
+    /// that reads them included): a route none of whose filters do leaves the
+    /// exchange without copies of them (two allocations per request). A filter not
+    /// named here as leaving them alone counts, so a new one is safe by default.
+    pub fn reads_target(&self) -> bool {
+        match self {
+            Filter::Status(_)
+            | Filter::InlineContent { .. }
+            | Filter::DropRequestHeader(_)
+            | Filter::DropResponseHeader(_)
+            | Filter::ModRequestHeader(..)
+            | Filter::ModResponseHeader(..)
+            | Filter::PreserveHost(_)
+            | Filter::FlowId { .. }
+            | Filter::BackendTimeout(_) => false,
+            Filter::RequestHeader(_, v, _) | Filter::ResponseHeader(_, v, _) => {
+                v.template().reads_target()
+            }
+            Filter::ConsistentHashKey(t) => t.reads_target(),
+            _ => true,
+        }
+    }
+
     /// Whether the filter answers the request itself (skipper's `ctx.Serve`): the
     /// filters after it run neither their request nor their response part.
     pub fn serves(&self) -> bool {

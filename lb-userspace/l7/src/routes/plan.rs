@@ -207,7 +207,7 @@ pub fn plan<'r>(table: &'r RouteTable, req: &Request<'_>, preserve_host: bool) -
     let Some(route) = route else {
         return unrouted(Answer::error(Answered::NoRoute, StatusCode::NOT_FOUND));
     };
-    let mut ex = Exchange::for_request(&parts.uri, !route.filters.is_empty());
+    let mut ex = Exchange::for_request(&parts.uri, route.filters_read_target);
     ex.host = UpstreamHost::initial(preserve_host);
     let info = req.info();
     filter::on_request(&route.filters, &mut ex, &info);

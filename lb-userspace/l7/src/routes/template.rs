@@ -161,6 +161,15 @@ impl Template {
         })
     }
 
+    /// Whether it reads the request's path or query (`${request.path}`,
+    /// `${request.query.NAME}`, `${request.rawQuery}`), which the exchange then has to
+    /// hold (see [`super::Route::filters_read_target`]).
+    pub fn reads_target(&self) -> bool {
+        self.pieces
+            .iter()
+            .any(|p| matches!(p, Piece::Path | Piece::Query(_) | Piece::RawQuery))
+    }
+
     /// Writes the template applied to `v` into `out`; `true` when every placeholder
     /// gave a non-empty value.
     pub fn apply_into(&self, v: &Values<'_>, out: &mut impl Sink) -> bool {

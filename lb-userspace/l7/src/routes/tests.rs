@@ -681,3 +681,51 @@ fn https_backends_compile_to_tls_endpoints() {
     );
     assert_eq!(endpoints(2), [e("c:80", false, "c:80")]);
 }
+
+/// The exchange copies the request's path and query only for routes whose filters
+/// read or change them; a template that reads them is such a filter, and sees them.
+#[test]
+fn only_filters_that_read_the_target_make_the_exchange_copy_it() {
+    for (filters, reads) in [
+        (r#"status(201) -> inlineContent("x")"#, false),
+        (
+            r#"setRequestHeader("X-A", "1") -> dropResponseHeader("X-B")"#,
+            false,
+        ),
+        (
+            r#"flowId() -> preserveHost("true") -> backendTimeout("1s")"#,
+            false,
+        ),
+        (r#"setRequestHeader("X-A", "${request.header.X-B}")"#, false),
+        (r#"modRequestHeader("X-A", /a/, "b")"#, false),
+        (r#"setRequestHeader("X-P", "${request.path}")"#, true),
+        (r#"appendResponseHeader("X-Q", "${request.query.q}")"#, true),
+        (r#"consistentHashKey("${request.rawQuery}")"#, true),
+        (r#"setQuery("a", "1")"#, true),
+        (r#"stripQuery()"#, true),
+        (r#"setPath("/p")"#, true),
+        (r#"modPath(/a/, "b")"#, true),
+        (r#"redirectTo(308, "https://x.example")"#, true),
+    ] {
+        let t = table(&format!(r#"r: * -> {filters} -> <shunt>;"#));
+        let route = t.routes().iter().find(|r| r.id == "r").expect("route r");
+        assert_eq!(route.filters_read_target, reads, "{filters}");
+    }
+    let t = table(
+        r#"r: * -> setRequestHeader("X-P", "${request.path}?${request.rawQuery}") -> <shunt>;"#,
+    );
+    let route = t.routes().iter().find(|r| r.id == "r").expect("route r");
+    let uri: http::Uri = "/some/path?q=1".parse().expect("uri");
+    let mut ex = Exchange::for_request(&uri, route.filters_read_target);
+    let headers = HeaderMap::new();
+    on_request(&route.filters, &mut ex, &info(&headers, "/some/path"));
+    match ex.edits.as_slice() {
+        [values::HeaderEdit::Set(name, v)] => {
+            assert_eq!(
+                (name.as_str(), v.to_str().ok()),
+                ("x-p", Some("/some/path?q=1"))
+            );
+        }
+        other => panic!("one Set edit, not {other:?}"),
+    }
+}
