@@ -17,6 +17,7 @@ use std::{
 use lb_common::ForwardingMode;
 use lb_model::{dataplane::FlowTable, dataplane::ServiceSpec};
 use lb_testbed::{
+    benchkit::rotated,
     fixture::{CLIENT_MAC, FixtureHost, HOST_MAC, XdpRig, action, backend, backend6, service},
     is_root,
     packet::{Packet, TCP, flags},
@@ -106,17 +107,10 @@ fn services() -> Vec<ServiceSpec> {
             8080,
             TCP,
             ForwardingMode::Nat,
-            (0..3).map(|i| backend(i).0).collect(),
+            b4.clone(),
         ),
-        service("web", VIP.into(), 80, TCP, ForwardingMode::Dsr, b4),
-        service(
-            "tunnel",
-            VIP.into(),
-            81,
-            TCP,
-            ForwardingMode::Ipip,
-            (0..3).map(|i| backend(i).0).collect(),
-        ),
+        service("web", VIP.into(), 80, TCP, ForwardingMode::Dsr, b4.clone()),
+        service("tunnel", VIP.into(), 81, TCP, ForwardingMode::Ipip, b4),
         service("web6", VIP6.into(), 80, TCP, ForwardingMode::Dsr, b6),
     ]
 }
@@ -449,10 +443,8 @@ fn main() -> ExitCode {
         let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); classes.len()]; rigs.len()];
         for t in 0..trials {
             for (c, class) in classes.iter().enumerate() {
-                // Each trial starts with the next subject: of two objects measured back
-                // to back, the second measured 10-30% faster on identical code here.
-                let n = rigs.len();
-                for s in (0..n).map(|i| (i + t) % n) {
+                // Each trial starts with the next subject (see `rotated`).
+                for s in rotated(rigs.len(), t) {
                     let rig = &mut rigs[s];
                     let decap_class = matches!(class, Class::DecapIpipV4 | Class::DecapPass);
                     if decap_class && s > 0 {

@@ -35,7 +35,7 @@ use lb_l7::{
 };
 use lb_testbed::{
     Netns,
-    benchkit::{ALLOCS, BYTES, Counting},
+    benchkit::{ALLOCS, BYTES, Counting, rotated},
     is_root,
     lbd::TempDir,
 };
@@ -369,13 +369,6 @@ fn table(out: &mut String, names: &[&str], runs: &[Vec<Run>], ours: usize) {
             med(i, |r| r.p99_ms)
         );
     }
-}
-
-/// The order of `n` targets in round `round`: each round starts one target later.
-/// Back-to-back runs on this shared machine were seen to favour whichever ran first
-/// (by up to 15% of CPU per request); rotating gives every proxy each place in turn.
-fn rotated(n: usize, round: usize) -> impl Iterator<Item = usize> {
-    (0..n).map(move |k| (k + round) % n)
 }
 
 fn millis(v: &str) -> f64 {
