@@ -195,17 +195,14 @@ fn steer(ctx: &impl Ctx) -> Verdict {
         Ok(choice) => choice,
         Err(why) => return no_choice(why),
     };
-    if vip.mode == ForwardingMode::Ipip as u32 || vip.mode == ForwardingMode::Gue as u32 {
-        let gue = vip.mode == ForwardingMode::Gue as u32;
-        let mut verdict =
-            tunnel::to_backend(ctx, &pkt, choice.backend_id, choice.backend, gue, now);
-        if pkt.kind == Kind::IcmpError {
-            verdict = verdict.forwarded_as(Sent::IcmpError);
-        }
-        return count_forwarded(ctx, &pkt, vip, &choice, verdict);
-    }
-    let mut verdict = forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now);
+    let gue = vip.mode == ForwardingMode::Gue as u32;
+    let mut verdict = if gue || vip.mode == ForwardingMode::Ipip as u32 {
+        tunnel::to_backend(ctx, &pkt, choice.backend_id, choice.backend, gue, now)
+    } else {
+        forward::to_backend(ctx, &pkt, choice.backend_id, choice.backend, now)
+    };
     if pkt.kind == Kind::IcmpError {
+        // An encapsulated error keeps its tunnel's counter (`Counter::sent_as`).
         verdict = verdict.forwarded_as(Sent::IcmpError);
     }
     count_forwarded(ctx, &pkt, vip, &choice, verdict)
