@@ -215,17 +215,17 @@ fn udp_with_and_without_checksum() {
         // whose endpoints accept it (RFC 6935/6936), so it is the backend's to take or
         // refuse. Translated, it stays zero either way, as netfilter's NAT and the TC
         // hook leave it; XDP's update once made a wrong checksum of the IPv6 one. A
-        // real checksum is updated.
-        let families: [(&str, &dyn Fn(u16) -> Packet, usize, usize, IpAddr); 2] = [
-            ("IPv4", &v4, 40, 30, backend(0).0),
-            ("IPv6", &v6, 60, 38, backend6(0).0),
+        // real checksum is updated. Each family: a datagram with a checksum, one to
+        // send without, where the checksum and the destination are, and the backend.
+        let families = [
+            ("IPv4", v4(5353), v4(5354), 40, 30, backend(0).0),
+            ("IPv6", v6(5353), v6(5354), 60, 38, backend6(0).0),
         ];
-        for (family, datagram, check_at, dst_at, to) in families {
+        for (family, with_sum, mut no_sum, check_at, dst_at, to) in families {
             let check = check_at..check_at + 2;
-            let out = run(&mut rig, &datagram(5353).bytes, action::TX, Counter::Tx);
+            let out = run(&mut rig, &with_sum.bytes, action::TX, Counter::Tx);
             assert_ne!(&out.bytes[check.clone()], &[0, 0], "{family}");
             assert_checksums_valid(&out.bytes);
-            let mut no_sum = datagram(5354);
             no_sum.bytes[check.clone()].copy_from_slice(&[0, 0]);
             let out = run(&mut rig, &no_sum.bytes, action::TX, Counter::Tx);
             assert_eq!(&out.bytes[check], &[0, 0], "{family}: zero stays zero");
