@@ -6,6 +6,7 @@
 //! 198.18.0.0/15.
 
 pub mod benchkit;
+pub mod bpfstack;
 pub mod decap;
 pub mod etcd;
 pub mod fixture;

@@ -67,3 +67,38 @@ fn no_program_calls_a_byte_loop_copy() {
          {calls:?}"
     );
 }
+
+/// Every program of both objects stays within BPF's stack limit by the stack reader
+/// the benchmark reports with, which must see the programs and their frames (a
+/// reader that found nothing would pass the limit trivially). The verifier refuses a
+/// program over the limit, so a chain above it means the reader is wrong.
+#[test]
+fn every_program_fits_the_stack_limit_as_read() {
+    use lb_testbed::bpfstack::{STACK_LIMIT, program_stacks};
+    for (which, elf) in [
+        ("default", BPF_OBJECT),
+        ("log", lb_dataplane::kernel::BPF_OBJECT_LOG),
+    ] {
+        let stacks = program_stacks(elf).expect("read the stacks");
+        let names: Vec<&str> = stacks.iter().map(|p| p.name.as_str()).collect();
+        for program in ["lb_xdp", "lb_tc", "lb_nat", "lb_decap", "xdp_pass"] {
+            assert!(names.contains(&program), "{which}: {program} in {names:?}");
+        }
+        for p in &stacks {
+            assert!(
+                p.chain <= STACK_LIMIT && p.chain >= p.frame,
+                "{which}: {p:?} over the limit, or a chain below its own frame"
+            );
+        }
+        let xdp = stacks.iter().find(|p| p.name == "lb_xdp").expect("lb_xdp");
+        assert!(
+            xdp.frame > 0 && xdp.chain > xdp.frame,
+            "{which}: lb_xdp {xdp:?}"
+        );
+        let pass = stacks
+            .iter()
+            .find(|p| p.name == "xdp_pass")
+            .expect("xdp_pass");
+        assert_eq!((pass.frame, pass.chain), (0, 0), "{which}: xdp_pass");
+    }
+}

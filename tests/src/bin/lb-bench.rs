@@ -434,6 +434,14 @@ fn main() -> ExitCode {
     let host = FixtureHost::new();
     let run_classes = classes.clone();
     let names: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
+    let objects: Vec<Vec<u8>> = subjects
+        .iter()
+        .map(|s| {
+            s.object
+                .clone()
+                .unwrap_or_else(|| lb_dataplane::kernel::BPF_OBJECT.to_vec())
+        })
+        .collect();
     let (results, programs) = host.run(move || {
         let classes = run_classes;
         pin_to_cpu(1);
@@ -533,10 +541,28 @@ fn main() -> ExitCode {
         }
     }
     for (s, programs) in programs.into_iter().enumerate() {
-        println!("\n[{s}] instructions the verifier processed, per program");
+        let stacks = lb_testbed::bpfstack::program_stacks(&objects[s]).unwrap_or_else(|e| {
+            eprintln!("lb-bench: stack depths of [{s}]: {e}");
+            Vec::new()
+        });
+        println!(
+            "\n[{s}] per program: instructions the verifier processed; stack bytes, its \
+             own frame and its deepest chain of calls (of {}), read from the object",
+            lb_testbed::bpfstack::STACK_LIMIT
+        );
+        println!(
+            "{:<14} {:>12} {:>6} {:>6}",
+            "program", "instructions", "frame", "chain"
+        );
         for (name, n) in programs {
             let n = n.map_or_else(|| "?".to_owned(), |n| n.to_string());
-            println!("{name:<14} {n:>9}");
+            let (frame, chain) = stacks
+                .iter()
+                .find(|p| p.name == name)
+                .map_or(("?".to_owned(), "?".to_owned()), |p| {
+                    (p.frame.to_string(), p.chain.to_string())
+                });
+            println!("{name:<14} {n:>12} {frame:>6} {chain:>6}");
         }
     }
     ExitCode::SUCCESS
