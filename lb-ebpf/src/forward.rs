@@ -43,11 +43,22 @@ pub struct NextHop {
     pub _pad: u32,
 }
 
+// The cache entry's MACs are read as aligned words (see `Hop`).
+const _: () = assert!(core::mem::align_of::<NextHop>() >= 4);
+const _: () = assert!(core::mem::offset_of!(NextHop, dmac) % 4 == 0);
+const _: () = assert!(core::mem::offset_of!(NextHop, smac) % 4 == 2);
+
 /// Where a packet goes next: what [`resolve`] found.
+///
+/// The MACs are held as the words [`send`] stores (the destination as its first four
+/// bytes and last two, the source as its first two and last four, each word aligned
+/// in the cache entry it is read from): held as six-byte arrays, LLVM kept a
+/// register, and a stack slot, per byte and put the words together again for every
+/// packet.
 #[derive(Clone, Copy)]
 pub struct Hop {
-    pub dmac: [u8; 6],
-    pub smac: [u8; 6],
+    pub dmac: (u32, u16),
+    pub smac: (u16, u32),
     pub ifindex: u32,
     /// The route's MTU: the largest IP packet the egress takes.
     pub mtu: u32,
@@ -66,23 +77,22 @@ pub struct Query<'a> {
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 
-/// Writes a MAC address as one 4-byte and one 2-byte store (a plain array assignment
-/// becomes a byte-at-a-time memcpy call on BPF).
-///
-/// # Safety
-/// `dst` must point to 6 writable bytes.
+/// A MAC address's bytes as [`Hop`] holds the destination's.
 #[inline(always)]
-unsafe fn write_mac(dst: *mut [u8; 6], mac: &[u8; 6]) {
-    let dst = dst.cast::<u8>();
-    // SAFETY: the caller guarantees 6 writable bytes; unaligned stores are fine on
-    // packet memory.
-    unsafe {
-        dst.cast::<u32>()
-            .write_unaligned(u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]]));
-        dst.add(4)
-            .cast::<u16>()
-            .write_unaligned(u16::from_ne_bytes([mac[4], mac[5]]));
-    }
+fn dst_words(mac: &[u8; 6]) -> (u32, u16) {
+    (
+        u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]]),
+        u16::from_ne_bytes([mac[4], mac[5]]),
+    )
+}
+
+/// A MAC address's bytes as [`Hop`] holds the source's.
+#[inline(always)]
+fn src_words(mac: &[u8; 6]) -> (u16, u32) {
+    (
+        u16::from_ne_bytes([mac[0], mac[1]]),
+        u32::from_ne_bytes([mac[2], mac[3], mac[4], mac[5]]),
+    )
 }
 
 /// Sends the packet, unchanged above layer 2, towards `backend`.
@@ -166,9 +176,18 @@ pub fn resolve(
         // SAFETY: this CPU's slot, valid for this run.
         let hop = unsafe { &*hop };
         if now < hop.expires_ns && hop.addr == *q.dst {
+            let dmac = (&raw const hop.dmac).cast::<u8>();
+            let smac = (&raw const hop.smac).cast::<u8>();
+            // SAFETY: the fields' bytes, each read aligned (asserted above).
+            let (dmac, smac) = unsafe {
+                (
+                    (dmac.cast::<u32>().read(), dmac.add(4).cast::<u16>().read()),
+                    (smac.cast::<u16>().read(), smac.add(2).cast::<u32>().read()),
+                )
+            };
             return Ok(Hop {
-                dmac: hop.dmac,
-                smac: hop.smac,
+                dmac,
+                smac,
                 ifindex: hop.ifindex,
                 mtu: hop.mtu,
             });
@@ -221,8 +240,8 @@ pub fn resolve(
         }
     }
     Ok(Hop {
-        dmac: fib.dmac,
-        smac: fib.smac,
+        dmac: dst_words(&fib.dmac),
+        smac: src_words(&fib.smac),
         ifindex: fib.ifindex,
         mtu,
     })
@@ -232,10 +251,14 @@ pub fn resolve(
 /// interface, or redirected.
 #[inline(always)]
 pub fn send(ctx: &impl Ctx, eth: *mut EthHdr, hop: &Hop) -> Verdict {
-    // SAFETY: the caller's eth was bounds-checked for this (possibly resized) packet.
+    let at = eth.cast::<u8>();
+    // SAFETY: the caller's eth was bounds-checked for this (possibly resized) packet:
+    // its twelve bytes of MACs.
     unsafe {
-        write_mac(&raw mut (*eth).dst, &hop.dmac);
-        write_mac(&raw mut (*eth).src, &hop.smac);
+        crate::mem::store_u32::<0>(at, hop.dmac.0);
+        crate::mem::store_u16::<4>(at, hop.dmac.1);
+        crate::mem::store_u16::<6>(at, hop.smac.0);
+        crate::mem::store_u32::<8>(at, hop.smac.1);
     }
     if hop.ifindex == ctx.ingress_ifindex() {
         Verdict::forward(xdp_action::XDP_TX, Counter::Tx)

@@ -351,7 +351,7 @@ pub fn write_frag_needed_v4(ctx: &impl Ctx, l3: usize, key: &FlowKey, mtu: u32) 
     let Some(body) = ptr_at::<[u8; ICMP_LEN + IPV4_LEN + 8]>(ctx, l3 + IPV4_LEN) else {
         return false;
     };
-    let addrs = (crate::csum::v4_of(&key.dst), crate::csum::v4_of(&key.src));
+    let addrs = (key.dst.v4_word(), key.src.v4_word());
     let mtu = (mtu.min(0xffff) as u16).to_be_bytes();
     // SAFETY: ptr_at checked both ranges.
     unsafe {

@@ -13,6 +13,7 @@
 //! Contract: a packet that is not TCP/UDP to a configured VIP leaves with `XDP_PASS`
 //! and its bytes untouched; a truncated or inconsistent packet is never forwarded.
 #![no_std]
+#![feature(asm_experimental_arch)]
 #![no_main]
 
 #[macro_use]

@@ -18,3 +18,51 @@ pub unsafe fn store<T: Copy>(dst: *mut T, value: &T) {
     // SAFETY: per the contract.
     unsafe { core::ptr::copy_nonoverlapping(value, dst, 1) }
 }
+
+/// Stores `value` at `at + OFF` as one 32-bit store instruction, whatever `at`'s
+/// alignment.
+///
+/// Packet headers sit at any offset (the IPv4 header of an Ethernet frame is 2 bytes
+/// off a word boundary), so their fields are byte arrays; a store to one, or an
+/// unaligned store, is split by LLVM's BPF backend into a store per byte (and the
+/// shifts that feed them). The instruction itself takes any alignment on packet
+/// memory where the CPU does (x86-64, arm64: the verifier enforces alignment there
+/// only under `BPF_F_STRICT_ALIGNMENT`). LLVM's `allows-misaligned-mem-access`
+/// feature would emit such stores everywhere, but it also merges stack stores into
+/// misaligned ones, which the verifier always refuses; so they are written out here,
+/// as inline assembly (nightly's `asm_experimental_arch`, on the nightly the BPF
+/// build needs anyway for `build-std`).
+///
+/// # Safety
+/// `at + OFF` must be valid for a write of four bytes, in packet memory.
+#[inline(always)]
+pub unsafe fn store_u32<const OFF: i16>(at: *mut u8, value: u32) {
+    // SAFETY: per the contract; the instruction touches only those four bytes.
+    unsafe {
+        core::arch::asm!(
+            "*(u32 *)({p} + {off}) = {v}",
+            p = in(reg) at,
+            off = const OFF,
+            v = in(reg) u64::from(value),
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// As [`store_u32`], two bytes.
+///
+/// # Safety
+/// `at + OFF` must be valid for a write of two bytes, in packet memory.
+#[inline(always)]
+pub unsafe fn store_u16<const OFF: i16>(at: *mut u8, value: u16) {
+    // SAFETY: per the contract; the instruction touches only those two bytes.
+    unsafe {
+        core::arch::asm!(
+            "*(u16 *)({p} + {off}) = {v}",
+            p = in(reg) at,
+            off = const OFF,
+            v = in(reg) u64::from(value),
+            options(nostack, preserves_flags)
+        );
+    }
+}

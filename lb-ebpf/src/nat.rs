@@ -40,6 +40,7 @@ use crate::{
     ctx::Ctx,
     lookup::{Choice, NoChoice, entry_for, table_choice, valid},
     maps::{BACKENDS, CONFIG, NAT, NAT_FLOWS, NAT_JOBS, NAT_SCRATCH, PROG_NAT},
+    mem,
     parse::{ETH_LEN, EthHdr, Ipv4Hdr, Ipv6Hdr, Kind, L4Ports, Packet, ptr_at, tcp},
     stats::count,
 };
@@ -707,16 +708,14 @@ fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
             let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            (*ip).src = to.src.octets();
-            (*ip).dst = to.dst.octets();
+            write_addrs(ip.cast(), to, true);
         } else {
             let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
                 return false;
             };
             let l3 = u64::from(!u16::from_ne_bytes((*ip).check)) + addrs;
-            (*ip).check = (!csum::fold64(l3)).to_ne_bytes();
-            (*ip).src = csum::v4_of(&to.src);
-            (*ip).dst = csum::v4_of(&to.dst);
+            mem::store_u16::<10>(ip.cast(), !csum::fold64(l3));
+            write_addrs(ip.cast(), to, false);
         }
         let udp_without_checksum = key.proto == proto::UDP && old_check == 0;
         if !udp_without_checksum {
@@ -724,12 +723,52 @@ fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
             if key.proto == proto::UDP && new == 0 {
                 new = 0xffff;
             }
-            *check = new.to_ne_bytes();
+            mem::store_u16::<0>(check.cast(), new);
         }
-        (*ports).src = to.sport_be.to_ne_bytes();
-        (*ports).dst = to.dport_be.to_ne_bytes();
+        write_ports(ports, to);
     }
     true
+}
+
+/// Writes `to`'s addresses into the IP header at `ip` (IPv6 with `ipv6`) as word
+/// stores ([`mem::store_u32`]): the byte arrays of the header's fields became a store
+/// per byte.
+///
+/// # Safety
+/// `ip` must point to a bounds-checked IPv6 header with `ipv6`, else IPv4.
+#[inline(always)]
+unsafe fn write_addrs(ip: *mut u8, to: &Rewrite, ipv6: bool) {
+    let (s, d) = (&to.src.0, &to.dst.0);
+    // SAFETY: per the contract: IPv6 addresses at 8..40, IPv4 ones at 12..20.
+    unsafe {
+        if ipv6 {
+            mem::store_u32::<8>(ip, s[0]);
+            mem::store_u32::<12>(ip, s[1]);
+            mem::store_u32::<16>(ip, s[2]);
+            mem::store_u32::<20>(ip, s[3]);
+            mem::store_u32::<24>(ip, d[0]);
+            mem::store_u32::<28>(ip, d[1]);
+            mem::store_u32::<32>(ip, d[2]);
+            mem::store_u32::<36>(ip, d[3]);
+        } else {
+            mem::store_u32::<12>(ip, to.src.v4_word());
+            mem::store_u32::<16>(ip, to.dst.v4_word());
+        }
+    }
+}
+
+/// Writes `to`'s ports (network order) at `ports`, as [`write_addrs`] writes the
+/// addresses.
+///
+/// # Safety
+/// `ports` must be bounds-checked.
+#[inline(always)]
+unsafe fn write_ports(ports: *mut L4Ports, to: &Rewrite) {
+    // SAFETY: per the contract.
+    unsafe {
+        mem::store_u16::<0>(ports.cast(), to.sport_be);
+        mem::store_u16::<2>(ports.cast(), to.dport_be);
+    }
 }
 
 /// [`rewrite`] on an skb (TC), whose checksum may be `CHECKSUM_PARTIAL` (a GRO-merged
@@ -761,19 +800,16 @@ fn rewrite_skb<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
             let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            (*ip).src = to.src.octets();
-            (*ip).dst = to.dst.octets();
+            write_addrs(ip.cast(), to, true);
             None
         } else {
             let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, pkt.l3) else {
                 return false;
             };
-            (*ip).src = csum::v4_of(&to.src);
-            (*ip).dst = csum::v4_of(&to.dst);
+            write_addrs(ip.cast(), to, false);
             Some(pkt.l3 + 10)
         };
-        (*ports).src = to.sport_be.to_ne_bytes();
-        (*ports).dst = to.dport_be.to_ne_bytes();
+        write_ports(ports, to);
         if let Some(at) = ip_check_at
             && bpf_l3_csum_replace(skb, at as u32, 0, u64::from(addr_diff), 0) != 0
         {

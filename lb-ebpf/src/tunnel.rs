@@ -327,7 +327,7 @@ fn write_ipv4(
         return false;
     };
     let tot_len = payload + IPV4_LEN as u16;
-    let addrs = (crate::csum::v4_of(src), crate::csum::v4_of(dst));
+    let addrs = (src.v4_word(), dst.v4_word());
     // SAFETY: ptr_at checked the header's bounds. Don't fragment: the packet was
     // checked against the route's MTU.
     unsafe { crate::csum::write_ipv4(ip, tos, tot_len, true, [TTL, proto], addrs) };
