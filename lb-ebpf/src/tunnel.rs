@@ -147,23 +147,29 @@ pub fn to_backend(
         return Verdict::drop(Counter::DropNoRoute);
     };
     let outer6 = backend.flags & BACKEND_F_IPV6 != 0;
-    let ip_len = if outer6 { IPV6_LEN } else { IPV4_LEN };
-    let overhead = ip_len + if gue { UDP_LEN } else { 0 };
     let mix = flow_mix(&pkt.key);
     let Some(src) = outer_source(cfg, outer6, mix) else {
         return Verdict::drop(Counter::DropNoRoute);
     };
-    let outer_proto = match (gue, pkt.ipv6) {
-        (true, _) => proto::UDP,
-        (false, false) => IPPROTO_IPIP,
-        (false, true) => IPPROTO_IPV6,
+    let outer = Outer {
+        cfg,
+        src,
+        mix,
+        outer6,
+        gue,
+        proto: match (gue, pkt.ipv6) {
+            (true, _) => proto::UDP,
+            (false, false) => IPPROTO_IPIP,
+            (false, true) => IPPROTO_IPV6,
+        },
     };
+    let overhead = outer.overhead();
     // `tot_len` 0: the MTU is compared here, so a packet too big can be answered.
     let q = Query {
         ipv6: outer6,
-        src: &src,
+        src: &outer.src,
         dst: &backend.addr,
-        proto: outer_proto,
+        proto: outer.proto,
         tot_len: 0,
     };
     let hop = match resolve(ctx, &q, backend_id, now) {
@@ -192,7 +198,7 @@ pub fn to_backend(
     if pkt.is_syn() {
         clamp_mss(ctx, pkt, room);
     }
-    let eth = encapsulate(ctx, pkt, &src, backend, gue);
+    let eth = encapsulate(ctx, pkt, &outer, backend);
     if eth.is_null() {
         return Verdict::drop(Counter::DropMalformed);
     }
@@ -223,31 +229,42 @@ fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<H
     forward::resolve(ctx, q, crate::maps::NEXT_HOPS.get_ptr_mut(backend_id), now)
 }
 
-/// Grows the frame by the outer headers and writes them, from `src` to `backend`;
-/// the frame's (moved) Ethernet header, or null if the frame cannot grow.
+/// The outer headers of one packet, as [`to_backend`] works them out: their family
+/// (the backend's), `gue` or plain `ipip`, the protocol the outer IP header names, the
+/// source, and the flow's [`flow_mix`], which [`encapsulate`] takes as they are.
+struct Outer<'a> {
+    cfg: &'a TunnelConfig,
+    src: Addr,
+    mix: u32,
+    outer6: bool,
+    gue: bool,
+    proto: u8,
+}
+
+impl Outer<'_> {
+    /// The IP header's length.
+    #[inline(always)]
+    fn ip_len(&self) -> usize {
+        if self.outer6 { IPV6_LEN } else { IPV4_LEN }
+    }
+
+    /// How many bytes the frame grows by.
+    #[inline(always)]
+    fn overhead(&self) -> usize {
+        self.ip_len() + if self.gue { UDP_LEN } else { 0 }
+    }
+}
+
+/// Grows the frame by the `outer` headers and writes them, to `backend`; the frame's
+/// (moved) Ethernet header, or null if the frame cannot grow.
 ///
 /// Not inlined: a BPF function of its own has a stack frame of its own, and
 /// `lb_xdp`'s cannot hold every step at once (at most five arguments).
 #[inline(never)]
-fn encapsulate(
-    ctx: &impl Ctx,
-    pkt: &Packet,
-    src: &Addr,
-    backend: &Backend,
-    gue: bool,
-) -> *mut EthHdr {
-    let Some(cfg) = TUNNEL.get(0) else {
-        return core::ptr::null_mut();
-    };
-    let outer6 = backend.flags & BACKEND_F_IPV6 != 0;
-    let ip_len = if outer6 { IPV6_LEN } else { IPV4_LEN };
-    let overhead = ip_len + if gue { UDP_LEN } else { 0 };
-    let outer_proto = match (gue, pkt.ipv6) {
-        (true, _) => proto::UDP,
-        (false, false) => IPPROTO_IPIP,
-        (false, true) => IPPROTO_IPV6,
-    };
-    let mix = flow_mix(&pkt.key);
+fn encapsulate(ctx: &impl Ctx, pkt: &Packet, outer: &Outer<'_>, backend: &Backend) -> *mut EthHdr {
+    let (outer6, gue) = (outer.outer6, outer.gue);
+    let ip_len = outer.ip_len();
+    let overhead = outer.overhead();
     let inner_tos = inner_tos(ctx, pkt);
     if !ctx.grow_for_encap(overhead as u32, outer6, gue) {
         return core::ptr::null_mut();
@@ -276,21 +293,22 @@ fn encapsulate(
         }
     }
     let payload = pkt.ip_len + if gue { UDP_LEN as u16 } else { 0 };
+    let (src, mix) = (&outer.src, outer.mix);
     let written = if outer6 {
         write_ipv6(
             ctx,
             l3,
             src,
             &backend.addr,
-            outer_proto,
+            outer.proto,
             payload,
             inner_tos,
             mix,
         )
     } else {
-        write_ipv4(ctx, l3, src, &backend.addr, outer_proto, payload, inner_tos)
+        write_ipv4(ctx, l3, src, &backend.addr, outer.proto, payload, inner_tos)
     };
-    if !written || (gue && !write_udp(ctx, l3 + ip_len, cfg, pkt.ip_len, mix)) {
+    if !written || (gue && !write_udp(ctx, l3 + ip_len, outer.cfg, pkt.ip_len, mix)) {
         return core::ptr::null_mut();
     }
     eth
