@@ -31,6 +31,7 @@ use crate::{
     forward::{self, Hop, Query},
     icmp::{self, ICMP_LEN},
     maps::{BACKENDS, TUNNEL, TUNNEL_JOBS},
+    mem,
     parse::{EthHdr, IPV4_LEN, IPV6_LEN, Ipv4Hdr, Ipv6Hdr, Kind, Packet, ptr_at},
 };
 
@@ -372,14 +373,22 @@ fn write_ipv6(
         return false;
     };
     let vtc_flow = (6u32 << 28) | (u32::from(tc) << 20) | flow_label(mix);
-    // SAFETY: ptr_at checked the header's bounds.
+    let len = payload.to_be_bytes();
+    let at = ip.cast::<u8>();
+    // SAFETY: ptr_at checked the header's 40 bytes; word stores as in
+    // `csum::write_ipv4` (the addresses' words are their network-order bytes).
     unsafe {
-        (*ip).vtc_flow = vtc_flow.to_be_bytes();
-        (*ip).payload_len = payload.to_be_bytes();
-        (*ip).next_hdr = proto;
-        (*ip).hop_limit = TTL;
-        (*ip).src = src.octets();
-        (*ip).dst = dst.octets();
+        mem::store_u32::<0>(at, vtc_flow.to_be());
+        mem::store_u32::<4>(at, u32::from_ne_bytes([len[0], len[1], proto, TTL]));
+        let (s, d) = (&src.0, &dst.0);
+        mem::store_u32::<8>(at, s[0]);
+        mem::store_u32::<12>(at, s[1]);
+        mem::store_u32::<16>(at, s[2]);
+        mem::store_u32::<20>(at, s[3]);
+        mem::store_u32::<24>(at, d[0]);
+        mem::store_u32::<28>(at, d[1]);
+        mem::store_u32::<32>(at, d[2]);
+        mem::store_u32::<36>(at, d[3]);
     }
     true
 }
@@ -391,13 +400,19 @@ fn write_udp(ctx: &impl Ctx, at: usize, cfg: &TunnelConfig, inner_len: u16, mix:
     let Some(udp) = ptr_at::<UdpHdr>(ctx, at) else {
         return false;
     };
-    let sport = gue_source_port(mix);
-    // SAFETY: ptr_at checked the header's bounds.
+    let (sport, len) = (
+        gue_source_port(mix).to_be_bytes(),
+        (inner_len + UDP_LEN as u16).to_be_bytes(),
+    );
+    let dport = cfg.gue_port_be.to_ne_bytes();
+    let at = udp.cast::<u8>();
+    // SAFETY: ptr_at checked the header's eight bytes; the checksum is zero.
     unsafe {
-        (*udp).src = sport.to_be_bytes();
-        (*udp).dst = cfg.gue_port_be.to_ne_bytes();
-        (*udp).len = (inner_len + UDP_LEN as u16).to_be_bytes();
-        (*udp).check = [0, 0];
+        mem::store_u32::<0>(
+            at,
+            u32::from_ne_bytes([sport[0], sport[1], dport[0], dport[1]]),
+        );
+        mem::store_u32::<4>(at, u32::from_ne_bytes([len[0], len[1], 0, 0]));
     }
     true
 }
