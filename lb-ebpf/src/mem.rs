@@ -66,3 +66,24 @@ pub unsafe fn store_u16<const OFF: i16>(at: *mut u8, value: u16) {
         );
     }
 }
+
+/// Stores `src` and `dst` as the addresses of the IPv6 header at `ip` (bytes 8..40),
+/// as [`store_u32`] stores: an address's words are its network-order bytes.
+///
+/// # Safety
+/// `ip` must point to a bounds-checked IPv6 header in packet memory.
+#[inline(always)]
+pub unsafe fn store_ipv6_addrs(ip: *mut u8, src: &lb_common::Addr, dst: &lb_common::Addr) {
+    let (s, d) = (&src.0, &dst.0);
+    // SAFETY: per the contract.
+    unsafe {
+        store_u32::<8>(ip, s[0]);
+        store_u32::<12>(ip, s[1]);
+        store_u32::<16>(ip, s[2]);
+        store_u32::<20>(ip, s[3]);
+        store_u32::<24>(ip, d[0]);
+        store_u32::<28>(ip, d[1]);
+        store_u32::<32>(ip, d[2]);
+        store_u32::<36>(ip, d[3]);
+    }
+}

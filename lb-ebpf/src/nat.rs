@@ -738,18 +738,10 @@ fn rewrite<C: Ctx>(ctx: &C, pkt: &Packet, to: &Rewrite) -> bool {
 /// `ip` must point to a bounds-checked IPv6 header with `ipv6`, else IPv4.
 #[inline(always)]
 unsafe fn write_addrs(ip: *mut u8, to: &Rewrite, ipv6: bool) {
-    let (s, d) = (&to.src.0, &to.dst.0);
     // SAFETY: per the contract: IPv6 addresses at 8..40, IPv4 ones at 12..20.
     unsafe {
         if ipv6 {
-            mem::store_u32::<8>(ip, s[0]);
-            mem::store_u32::<12>(ip, s[1]);
-            mem::store_u32::<16>(ip, s[2]);
-            mem::store_u32::<20>(ip, s[3]);
-            mem::store_u32::<24>(ip, d[0]);
-            mem::store_u32::<28>(ip, d[1]);
-            mem::store_u32::<32>(ip, d[2]);
-            mem::store_u32::<36>(ip, d[3]);
+            mem::store_ipv6_addrs(ip, &to.src, &to.dst);
         } else {
             mem::store_u32::<12>(ip, to.src.v4_word());
             mem::store_u32::<16>(ip, to.dst.v4_word());

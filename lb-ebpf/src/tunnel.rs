@@ -380,15 +380,7 @@ fn write_ipv6(
     unsafe {
         mem::store_u32::<0>(at, vtc_flow.to_be());
         mem::store_u32::<4>(at, u32::from_ne_bytes([len[0], len[1], proto, TTL]));
-        let (s, d) = (&src.0, &dst.0);
-        mem::store_u32::<8>(at, s[0]);
-        mem::store_u32::<12>(at, s[1]);
-        mem::store_u32::<16>(at, s[2]);
-        mem::store_u32::<20>(at, s[3]);
-        mem::store_u32::<24>(at, d[0]);
-        mem::store_u32::<28>(at, d[1]);
-        mem::store_u32::<32>(at, d[2]);
-        mem::store_u32::<36>(at, d[3]);
+        mem::store_ipv6_addrs(at, src, dst);
     }
     true
 }
