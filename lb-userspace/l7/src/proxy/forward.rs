@@ -178,26 +178,32 @@ pub(super) async fn forward(
         if attempt > 0 {
             state.stats.retries.fetch_add(1, Ordering::Relaxed);
         }
-        let sent = async {
-            if let Some(addr) = direct {
-                upstream::send(addr, state.shared.limits.connect_timeout, req)
-                    .await
-                    .map_err(SendFailure::Pooled)
-            } else {
-                // Both of hyper-util's pools answer with the same future type: a
-                // plain request pays one branch for TLS existing.
-                let worker = super::workers::current();
-                let sent = if endpoint.tls {
-                    state.shared.tls_clients[worker].request(req)
-                } else {
-                    state.shared.clients[worker].request(req)
-                };
-                sent.await
-                    .map(|r| r.map(BackendBody::unpooled))
-                    .map_err(SendFailure::Client)
+        // The worker's own pool keeps the deadline on the connection's timer
+        // (`upstream` module docs); hyper-util's client gets a timer of its own.
+        let sent = if let Some(addr) = direct {
+            let until = upstream::deadline(limit);
+            match upstream::send(addr, state.shared.limits.connect_timeout, until, req).await {
+                Err(upstream::SendError::Timeout) => Err(()),
+                sent => Ok(sent.map_err(SendFailure::Pooled)),
             }
+        } else {
+            // Both of hyper-util's pools answer with the same future type: a plain
+            // request pays one branch for TLS existing.
+            let worker = super::workers::current();
+            let sent = if endpoint.tls {
+                state.shared.tls_clients[worker].request(req)
+            } else {
+                state.shared.clients[worker].request(req)
+            };
+            tokio::time::timeout(limit, sent)
+                .await
+                .map(|sent| {
+                    sent.map(|r| r.map(BackendBody::unpooled))
+                        .map_err(SendFailure::Client)
+                })
+                .map_err(drop)
         };
-        match tokio::time::timeout(limit, sent).await {
+        match sent {
             Ok(Ok(mut resp)) => {
                 if let Some(d) = deadline {
                     resp.extensions_mut()

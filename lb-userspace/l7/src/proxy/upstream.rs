@@ -29,6 +29,10 @@
 //!   the socket failed, and none when the backend closed early or answered garbage.
 //! - Idle connections are closed after [`IDLE_TIMEOUT`] (as the pooled client did),
 //!   and at most [`MAX_IDLE`] are kept per backend address and worker.
+//! - A request has a deadline for its response head, `until`: past it, connecting,
+//!   writing or waiting stops with [`SendError::Timeout`]. Each connection keeps one
+//!   timer for this and moves it on per request ([`conn`]), which costs an atomic
+//!   update instead of a registration with tokio's timer wheel and its removal.
 
 mod chunked;
 mod codec;
@@ -135,30 +139,45 @@ pub enum SendError {
     /// The request went out on a connection and failed there.
     #[error("sending the request to the backend")]
     Sent(#[source] ClientError),
+    /// No response head by the request's deadline (504); the request may have been
+    /// sent.
+    #[error("no response head from the backend in time")]
+    Timeout,
+}
+
+/// The instant `after` from now; for an absurd `after` (past what `Instant` holds),
+/// a year from now, which no response head waits for in practice.
+pub fn deadline(after: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(after)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// Sends `req` (origin-form target, Host set) to the backend at `addr`: on an idle
 /// pooled connection if there is one, else on a new one (connecting within
-/// `connect_timeout`). The response's body gives the connection back.
+/// `connect_timeout`). The response head must be in by `until`. The response's body
+/// gives the connection back.
 ///
 /// # Errors
 /// See [`SendError`].
 pub async fn send(
     addr: SocketAddr,
     connect_timeout: Duration,
+    until: tokio::time::Instant,
     req: Request<UpBody>,
 ) -> Result<Response<BackendBody>, SendError> {
     let conn = match take(addr) {
         Some(conn) => conn,
         None => {
-            let conn = Conn::connect(addr, connect_timeout)
-                .await
-                .map_err(SendError::Connect)?;
+            let conn = Conn::connect(addr, connect_timeout, until).await?;
             start_sweeping();
             conn
         }
     };
-    let resp = conn.send(req).await.map_err(SendError::Sent)?;
+    let resp = conn.send(req, until).await.map_err(|e| match e {
+        ClientError::TimedOut => SendError::Timeout,
+        e => SendError::Sent(e),
+    })?;
     Ok(resp.map(BackendBody::Pooled))
 }
 

@@ -28,6 +28,10 @@ pub enum ClientError {
     /// failed.
     #[error("the backend's response body failed")]
     Hyper(#[source] hyper::Error),
+    /// The request's deadline for its response head passed
+    /// ([`super::SendError::Timeout`]).
+    #[error("no response head by the request's deadline")]
+    TimedOut,
 }
 
 /// What is wrong with a backend's response, as its parser found it.

@@ -22,6 +22,14 @@ use crate::proxy::body::UpBody;
 
 const BIG: usize = 4 << 20;
 
+/// How long the backend waits before it answers `/late`.
+const LATE: Duration = Duration::from_millis(400);
+
+/// A deadline no answer here comes near.
+fn soon() -> tokio::time::Instant {
+    super::deadline(Duration::from_secs(10))
+}
+
 /// What the scripted backend does after an answer.
 #[derive(Clone, Copy, PartialEq)]
 enum Then {
@@ -62,6 +70,7 @@ fn answer(method: &str, path: &str) -> (Vec<u8>, Then) {
         ),
         (_, "/garbage") => fixed(b"SSH-2.0-OpenSSH_9.6\r\n\r\n", Then::Close),
         (_, "/nothing") => fixed(b"", Then::Close),
+        (_, "/silent") => fixed(b"", Then::KeepOpen),
         (_, "/reset") => fixed(b"", Then::Reset),
         (_, "/cut") => fixed(
             b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789",
@@ -101,6 +110,9 @@ async fn backend() -> (SocketAddr, Arc<AtomicUsize>) {
                     let method = words.next().unwrap_or("").to_owned();
                     let path = words.next().unwrap_or("").to_owned();
                     let (bytes, then) = answer(&method, &path);
+                    if path == "/late" {
+                        tokio::time::sleep(LATE).await;
+                    }
                     if stream.write_all(&bytes).await.is_err() {
                         return;
                     }
@@ -129,7 +141,7 @@ fn get(path: &str, addr: SocketAddr) -> Request<UpBody> {
 }
 
 async fn fetch(addr: SocketAddr, path: &str) -> Result<bytes::Bytes, SendError> {
-    let resp = send(addr, Duration::from_secs(1), get(path, addr)).await?;
+    let resp = send(addr, Duration::from_secs(1), soon(), get(path, addr)).await?;
     assert_eq!(resp.status(), 200);
     Ok(resp
         .into_body()
@@ -137,6 +149,35 @@ async fn fetch(addr: SocketAddr, path: &str) -> Result<bytes::Bytes, SendError> 
         .await
         .expect("the whole body")
         .to_bytes())
+}
+
+/// A connection's one timer is moved to each request's deadline: to an earlier one
+/// (registered anew) and to a later one (the wheel finds the new instant when the old
+/// one comes and must not fire then).
+#[tokio::test]
+async fn each_request_on_a_connection_keeps_its_own_deadline() {
+    let (addr, accepted) = backend().await;
+    assert_eq!(&fetch(addr, "/small").await.expect("answered")[..], b"ok");
+    let near = Duration::from_millis(150);
+    let started = std::time::Instant::now();
+    let err = send(addr, Duration::from_secs(1), super::deadline(near), get("/silent", addr))
+        .await
+        .expect_err("no answer comes");
+    assert!(matches!(err, SendError::Timeout), "{err:?}");
+    let waited = started.elapsed();
+    assert!(waited >= near && waited < Duration::from_secs(5), "{waited:?}");
+    // The connection that timed out is closed (its answer may yet come): a new one.
+    let quick = super::deadline(Duration::from_millis(100));
+    let resp = send(addr, Duration::from_secs(1), quick, get("/small", addr))
+        .await
+        .expect("answered in time");
+    resp.into_body().collect().await.expect("the whole body");
+    // Its timer still holds the 100 ms deadline; this request's answer takes 400 ms.
+    let resp = send(addr, Duration::from_secs(1), soon(), get("/late", addr))
+        .await
+        .expect("the earlier deadline does not cut a later request short");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
@@ -153,7 +194,7 @@ async fn a_connection_read_to_its_end_is_reused() {
 #[tokio::test]
 async fn a_body_dropped_at_its_end_gives_its_connection_back() {
     let (addr, accepted) = backend().await;
-    let mut body: BackendBody = send(addr, Duration::from_secs(1), get("/small", addr))
+    let mut body: BackendBody = send(addr, Duration::from_secs(1), soon(), get("/small", addr))
         .await
         .expect("answered")
         .into_body();
@@ -187,7 +228,7 @@ async fn an_idle_connection_the_backend_closed_is_not_used() {
 #[tokio::test]
 async fn a_response_dropped_mid_body_does_not_return_its_connection() {
     let (addr, accepted) = backend().await;
-    let resp = send(addr, Duration::from_secs(1), get("/big", addr))
+    let resp = send(addr, Duration::from_secs(1), soon(), get("/big", addr))
         .await
         .expect("answered");
     let mut body = resp.into_body();
@@ -209,7 +250,7 @@ async fn a_refused_connect_is_a_connect_error() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr")
     };
-    let err = send(addr, Duration::from_secs(1), get("/", addr))
+    let err = send(addr, Duration::from_secs(1), soon(), get("/", addr))
         .await
         .expect_err("refused");
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
@@ -226,7 +267,7 @@ fn request(method: http::Method, path: &str, addr: SocketAddr) -> Request<UpBody
 #[tokio::test]
 async fn a_chunked_body_and_its_trailers_are_read_and_the_connection_reused() {
     let (addr, accepted) = backend().await;
-    let resp = send(addr, Duration::from_secs(1), get("/chunked", addr))
+    let resp = send(addr, Duration::from_secs(1), soon(), get("/chunked", addr))
         .await
         .expect("answered");
     let whole = resp.into_body().collect().await.expect("the whole body");
@@ -247,7 +288,7 @@ async fn a_chunked_body_and_its_trailers_are_read_and_the_connection_reused() {
 #[tokio::test]
 async fn interim_responses_are_skipped() {
     let (addr, accepted) = backend().await;
-    let resp = send(addr, Duration::from_secs(1), get("/interim", addr))
+    let resp = send(addr, Duration::from_secs(1), soon(), get("/interim", addr))
         .await
         .expect("answered");
     assert_eq!(resp.status(), 200);
@@ -283,7 +324,7 @@ async fn bodiless_answers_end_at_once_and_keep_the_connection() {
         (http::Method::GET, "/204", 204),
         (http::Method::GET, "/304", 304),
     ] {
-        let resp = send(addr, Duration::from_secs(1), request(method, path, addr))
+        let resp = send(addr, Duration::from_secs(1), soon(), request(method, path, addr))
             .await
             .expect("answered");
         assert_eq!(resp.status(), status, "{path}");
@@ -307,7 +348,7 @@ async fn failures_after_sending_are_sorted_as_skipper_sorts_them() {
         ("/nothing", 500),
         ("/reset", 503),
     ] {
-        let err = send(addr, Duration::from_secs(1), get(path, addr))
+        let err = send(addr, Duration::from_secs(1), soon(), get(path, addr))
             .await
             .expect_err(path);
         assert!(matches!(err, SendError::Sent(_)), "{path}: {err:?}");
@@ -321,7 +362,7 @@ async fn failures_after_sending_are_sorted_as_skipper_sorts_them() {
 #[tokio::test]
 async fn a_body_cut_short_fails_after_what_came() {
     let (addr, accepted) = backend().await;
-    let resp = send(addr, Duration::from_secs(1), get("/cut", addr))
+    let resp = send(addr, Duration::from_secs(1), soon(), get("/cut", addr))
         .await
         .expect("answered");
     let mut body = resp.into_body();
@@ -380,7 +421,7 @@ async fn front(backend: SocketAddr) -> SocketAddr {
                     }
                 };
                 let req = Request::from_parts(parts, up);
-                async move { send(backend, Duration::from_secs(1), req).await }
+                async move { send(backend, Duration::from_secs(1), soon(), req).await }
             });
             tokio::spawn(
                 hyper::server::conn::http1::Builder::new()
