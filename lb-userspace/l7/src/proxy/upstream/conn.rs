@@ -41,9 +41,9 @@ use tokio::{
 };
 
 use super::{
+    SendError,
     chunked::{Decoded, Decoder},
     codec::{self, Framing},
-    SendError,
     error::ClientError,
     write::{WriteError, Writer},
 };

@@ -160,12 +160,20 @@ async fn each_request_on_a_connection_keeps_its_own_deadline() {
     assert_eq!(&fetch(addr, "/small").await.expect("answered")[..], b"ok");
     let near = Duration::from_millis(150);
     let started = std::time::Instant::now();
-    let err = send(addr, Duration::from_secs(1), super::deadline(near), get("/silent", addr))
-        .await
-        .expect_err("no answer comes");
+    let err = send(
+        addr,
+        Duration::from_secs(1),
+        super::deadline(near),
+        get("/silent", addr),
+    )
+    .await
+    .expect_err("no answer comes");
     assert!(matches!(err, SendError::Timeout), "{err:?}");
     let waited = started.elapsed();
-    assert!(waited >= near && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(
+        waited >= near && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
     // The connection that timed out is closed (its answer may yet come): a new one.
     let quick = super::deadline(Duration::from_millis(100));
     let resp = send(addr, Duration::from_secs(1), quick, get("/small", addr))
@@ -324,9 +332,14 @@ async fn bodiless_answers_end_at_once_and_keep_the_connection() {
         (http::Method::GET, "/204", 204),
         (http::Method::GET, "/304", 304),
     ] {
-        let resp = send(addr, Duration::from_secs(1), soon(), request(method, path, addr))
-            .await
-            .expect("answered");
+        let resp = send(
+            addr,
+            Duration::from_secs(1),
+            soon(),
+            request(method, path, addr),
+        )
+        .await
+        .expect("answered");
         assert_eq!(resp.status(), status, "{path}");
         assert!(http_body::Body::is_end_stream(resp.body()), "{path}");
         let body = resp.into_body().collect().await.expect("whole").to_bytes();
