@@ -181,7 +181,9 @@ pub(super) async fn forward(
         // The worker's own pool keeps the deadline on the connection's timer
         // (`upstream` module docs); hyper-util's client gets a timer of its own.
         let sent = if let Some(addr) = direct {
-            let until = upstream::deadline(limit);
+            // `backendTimeout`'s deadline as it is, not rebuilt from what is left.
+            let until =
+                deadline.map_or_else(|| upstream::deadline(limit), tokio::time::Instant::from_std);
             match upstream::send(addr, state.shared.limits.connect_timeout, until, req).await {
                 Err(upstream::SendError::Timeout) => Err(()),
                 sent => Ok(sent.map_err(SendFailure::Pooled)),
