@@ -133,11 +133,18 @@ pub(crate) struct Head {
 }
 
 /// Where a header's name and value are in the head's bytes.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Debug)]
 struct Span {
     name: (usize, usize),
     value: (usize, usize),
 }
+
+/// Where [`parse_head`] notes the fields' places between parsing the head and
+/// splitting it off the buffer: kept by the connection and reused, since an array
+/// for [`MAX_HEADERS`] on the stack was 3.2 KB to zero for every response (a tenth
+/// of the proxy's instructions per request).
+#[derive(Default, Debug)]
+pub(crate) struct Spans(Vec<Span>);
 
 /// Parses the response head at the start of `buf`, skipping informational (1xx,
 /// except 101) responses before it, into `headers` (cleared first). On success the
@@ -150,9 +157,10 @@ pub(crate) fn parse_head(
     buf: &mut BytesMut,
     method: &Method,
     headers: &mut HeaderMap,
+    spans: &mut Spans,
 ) -> Result<Option<Head>, Malformed> {
     loop {
-        let Some(head) = parse_one(buf, method, headers)? else {
+        let Some(head) = parse_one(buf, method, headers, &mut spans.0)? else {
             return Ok(None);
         };
         if let Some(head) = head {
@@ -166,13 +174,13 @@ fn parse_one(
     buf: &mut BytesMut,
     method: &Method,
     headers: &mut HeaderMap,
+    spans: &mut Vec<Span>,
 ) -> Result<Option<Option<Head>>, Malformed> {
     // Never more than MAX_HEAD bytes: a head is refused at the same byte however the
     // bytes arrived (whole, or in pieces).
     let view = &buf[..buf.len().min(MAX_HEAD)];
     let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
-    let mut spans = [Span::default(); MAX_HEADERS];
     let parsed = httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut res, view, &mut raw)
         .map_err(Malformed::Head)?;
@@ -205,12 +213,12 @@ fn parse_one(
         Some(r) if Some(r) != status.canonical_reason() => at(r.as_bytes()),
         _ => None,
     };
-    let count = res.headers.len();
-    for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
-        *span = Span {
+    spans.clear();
+    for h in res.headers.iter() {
+        spans.push(Span {
             name: at(h.name.as_bytes()).ok_or(Malformed::Header("name"))?,
             value: at(h.value).ok_or(Malformed::Header("value"))?,
-        };
+        });
     }
     let bytes = buf.split_to(len).freeze();
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
@@ -218,7 +226,7 @@ fn parse_one(
         return Ok(Some(None));
     }
     headers.clear();
-    let keep_alive = fill(headers, &bytes, &spans[..count], version)?;
+    let keep_alive = fill(headers, &bytes, spans, version)?;
     let framing = framing(status, version, method, headers)?;
     let keep_alive = keep_alive && framing != Framing::Close && !upgrade(status, method);
     let reason =

@@ -64,6 +64,7 @@ pub(crate) fn decode_pieces<'a>(
 ) -> Outcome {
     let mut buf = BytesMut::new();
     let mut map = HeaderMap::new();
+    let mut spans = codec::Spans::default();
     let mut out = Outcome {
         head: Ok(None),
         body: Vec::new(),
@@ -71,7 +72,7 @@ pub(crate) fn decode_pieces<'a>(
         end: End::NoHead,
     };
     let head = loop {
-        match codec::parse_head(&mut buf, method, &mut map) {
+        match codec::parse_head(&mut buf, method, &mut map, &mut spans) {
             Ok(Some(head)) => break head,
             Ok(None) => match pieces.next() {
                 Some(p) => buf.extend_from_slice(p),
