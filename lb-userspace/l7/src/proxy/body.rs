@@ -160,7 +160,7 @@ impl LogRecord {
 /// would parse the name on every request.
 pub static FLOW_ID: HeaderName = HeaderName::from_static("x-flow-id");
 pub static AUDIT: HeaderName = HeaderName::from_static("x-unverified-audit");
-pub static FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub use super::headers::X_FORWARDED_FOR as FORWARDED_FOR;
 
 fn bytes(h: &Option<HeaderValue>) -> &[u8] {
     h.as_ref().map_or(&b""[..], HeaderValue::as_bytes)
