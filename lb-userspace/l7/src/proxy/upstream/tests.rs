@@ -523,3 +523,26 @@ async fn request_bodies_stream_to_the_backend_while_the_response_streams_back() 
     .expect("every exchange within 30 s");
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
+
+/// The idle map's hash tells backend addresses apart: every port of a few addresses
+/// of either family, none of them colliding in the whole 64 bits.
+#[test]
+fn the_idle_map_hash_tells_backends_apart() {
+    use std::hash::BuildHasher as _;
+    let hasher = std::hash::BuildHasherDefault::<super::AddrHasher>::default();
+    let ips: [std::net::IpAddr; 4] = [
+        "198.18.0.11".parse().expect("ip"),
+        "198.18.0.12".parse().expect("ip"),
+        "2001:db8::11".parse().expect("ip"),
+        "2001:db8::12".parse().expect("ip"),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for ip in ips {
+        for port in 0..=u16::MAX {
+            assert!(
+                seen.insert(hasher.hash_one(SocketAddr::new(ip, port))),
+                "{ip} port {port} collides"
+            );
+        }
+    }
+}
