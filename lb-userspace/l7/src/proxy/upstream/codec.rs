@@ -133,18 +133,20 @@ pub(crate) struct Head {
 }
 
 /// Where a header's name and value are in the head's bytes.
-#[derive(Clone, Copy, Default, Debug)]
+#[derive(Clone, Copy, Default)]
 struct Span {
     name: (usize, usize),
     value: (usize, usize),
 }
 
-/// Where [`parse_head`] notes the fields' places between parsing the head and
-/// splitting it off the buffer: kept by the connection and reused, since an array
-/// for [`MAX_HEADERS`] on the stack was 3.2 KB to zero for every response (a tenth
-/// of the proxy's instructions per request).
-#[derive(Default, Debug)]
-pub(crate) struct Spans(Vec<Span>);
+thread_local! {
+    /// Where [`parse_head`] notes the fields' places between parsing the head and
+    /// splitting it off the buffer, reused by every parse of the worker: an array for
+    /// [`MAX_HEADERS`] on the stack was 3.2 KB to zero for every response (a tenth of
+    /// the proxy's instructions per request). Per worker, not per connection, so a
+    /// connection (moved into every response body) stays small.
+    static SPANS: std::cell::RefCell<Vec<Span>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Parses the response head at the start of `buf`, skipping informational (1xx,
 /// except 101) responses before it, into `headers` (cleared first). On success the
@@ -157,10 +159,10 @@ pub(crate) fn parse_head(
     buf: &mut BytesMut,
     method: &Method,
     headers: &mut HeaderMap,
-    spans: &mut Spans,
 ) -> Result<Option<Head>, Malformed> {
     loop {
-        let Some(head) = parse_one(buf, method, headers, &mut spans.0)? else {
+        let parsed = SPANS.with_borrow_mut(|spans| parse_one(buf, method, headers, spans));
+        let Some(head) = parsed? else {
             return Ok(None);
         };
         if let Some(head) = head {

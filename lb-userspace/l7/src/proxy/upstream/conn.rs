@@ -71,8 +71,6 @@ pub(crate) struct Conn {
     wbuf: Vec<u8>,
     /// The current request's deadline for its response head (module docs).
     deadline: Pin<Box<Sleep>>,
-    /// Scratch of the response head parse, reused.
-    spans: codec::Spans,
 }
 
 impl Conn {
@@ -104,7 +102,6 @@ impl Conn {
             read_size: READ_SIZE,
             wbuf: Vec::with_capacity(1024),
             deadline: Box::pin(tokio::time::sleep_until(until)),
-            spans: codec::Spans::default(),
         })
     }
 
@@ -210,9 +207,8 @@ impl Conn {
         }
         loop {
             if !self.rbuf.is_empty()
-                && let Some(head) =
-                    codec::parse_head(&mut self.rbuf, method, headers, &mut self.spans)
-                        .map_err(ClientError::Malformed)?
+                && let Some(head) = codec::parse_head(&mut self.rbuf, method, headers)
+                    .map_err(ClientError::Malformed)?
             {
                 return Poll::Ready(Ok(head));
             }

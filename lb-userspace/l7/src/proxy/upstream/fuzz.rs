@@ -64,7 +64,6 @@ pub(crate) fn decode_pieces<'a>(
 ) -> Outcome {
     let mut buf = BytesMut::new();
     let mut map = HeaderMap::new();
-    let mut spans = codec::Spans::default();
     let mut out = Outcome {
         head: Ok(None),
         body: Vec::new(),
@@ -72,7 +71,7 @@ pub(crate) fn decode_pieces<'a>(
         end: End::NoHead,
     };
     let head = loop {
-        match codec::parse_head(&mut buf, method, &mut map, &mut spans) {
+        match codec::parse_head(&mut buf, method, &mut map) {
             Ok(Some(head)) => break head,
             Ok(None) => match pieces.next() {
                 Some(p) => buf.extend_from_slice(p),

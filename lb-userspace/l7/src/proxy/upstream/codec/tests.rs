@@ -9,7 +9,7 @@ use super::super::{
     error::Malformed,
     fuzz::{End, Outcome, decode, decode_pieces},
 };
-use super::{Framing, MAX_HEAD, RequestFraming, Spans, encode_head, parse_head, request_framing};
+use super::{Framing, MAX_HEAD, RequestFraming, encode_head, parse_head, request_framing};
 
 /// Decodes `input` whole, and checks that every way of splitting it (a byte at a
 /// time; in two at each byte) decodes the same.
@@ -358,7 +358,7 @@ fn a_parsed_head_leaves_the_body_in_the_buffer() {
     let start = buf.as_ptr().addr();
     let mut headers = HeaderMap::new();
     headers.insert("x-left-over", HeaderValue::from_static("from the request"));
-    let head = parse_head(&mut buf, &Method::GET, &mut headers, &mut Spans::default())
+    let head = parse_head(&mut buf, &Method::GET, &mut headers)
         .expect("parses")
         .expect("whole");
     assert_eq!(&buf[..], b"hello");
@@ -372,14 +372,9 @@ fn a_parsed_head_leaves_the_body_in_the_buffer() {
         "a reason phrase of its own is kept"
     );
     let mut canonical = BytesMut::from(&b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"[..]);
-    let head = parse_head(
-        &mut canonical,
-        &Method::GET,
-        &mut headers,
-        &mut Spans::default(),
-    )
-    .expect("parses")
-    .expect("whole");
+    let head = parse_head(&mut canonical, &Method::GET, &mut headers)
+        .expect("parses")
+        .expect("whole");
     assert!(head.reason.is_none());
 }
 
