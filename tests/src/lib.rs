@@ -7,6 +7,7 @@
 
 pub mod benchkit;
 pub mod bpfstack;
+pub mod callgrind;
 pub mod decap;
 pub mod etcd;
 pub mod fixture;

@@ -271,19 +271,25 @@ fn bench(what: &str, args: &[String]) -> Result<()> {
             cmd::remove_stale_namespaces()?;
             setup::l7_bench_tools()?;
             // Selection and log-line micro-benchmarks first (criterion), then the
-            // whole proxy under wrk against nginx and HAProxy.
-            cmd::cargo(&[
-                "bench",
-                "--package",
-                "lb-l7",
-                "--bench",
-                "l7",
-                "--",
-                "--warm-up-time",
-                "0.5",
-                "--measurement-time",
-                "1",
-            ])?;
+            // whole proxy under wrk against nginx and HAProxy; not before a count of
+            // instructions or a serve of one's own, which time nothing.
+            let times = !args
+                .iter()
+                .any(|a| matches!(a.as_str(), "--instructions" | "--serve" | "--serve-stdin"));
+            if times {
+                cmd::cargo(&[
+                    "bench",
+                    "--package",
+                    "lb-l7",
+                    "--bench",
+                    "l7",
+                    "--",
+                    "--warm-up-time",
+                    "0.5",
+                    "--measurement-time",
+                    "1",
+                ])?;
+            }
             "lb-l7bench"
         }
         other => bail!("unknown benchmark {other} (dataplane, control-plane, etcd, l7, admin)"),

@@ -36,6 +36,7 @@ use lb_l7::{
 use lb_testbed::{
     Netns,
     benchkit::{ALLOCS, BYTES, Counting, rotated},
+    callgrind::{self, Route},
     is_root,
     lbd::TempDir,
 };
@@ -60,6 +61,14 @@ struct Options {
     /// wait N seconds instead of measuring: for `perf`, `strace` or a load generator
     /// of one's own (`ip netns exec <namespace> ...`).
     serve: u64,
+    /// `--serve-stdin`: as `--serve`, until stdin closes (what `--instructions` runs).
+    serve_stdin: bool,
+    /// `--instructions N`: instead of timing, count this binary's instructions per
+    /// request under callgrind, N requests per route ([`lb_testbed::callgrind`]).
+    instructions: u64,
+    /// `--against PATH`: with `--instructions`, count another build's `lb-l7bench`
+    /// too, in the same run, and print this one's ratio to it.
+    against: Option<String>,
 }
 
 fn options() -> Result<Options, String> {
@@ -71,6 +80,9 @@ fn options() -> Result<Options, String> {
         pairs: 10,
         streams: 4,
         serve: 0,
+        serve_stdin: false,
+        instructions: 0,
+        against: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -87,9 +99,12 @@ fn options() -> Result<Options, String> {
             "--pairs" => o.pairs = value("--pairs")?,
             "--streams" => o.streams = value("--streams")?,
             "--serve" => o.serve = value("--serve")? as u64,
+            "--serve-stdin" => o.serve_stdin = true,
+            "--instructions" => o.instructions = value("--instructions")? as u64,
+            "--against" => o.against = Some(args.next().ok_or("--against needs a path")?),
             other => {
                 return Err(format!(
-                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N --pairs N --streams N --serve N)"
+                    "unknown argument {other} (--workers N --connections N --seconds N --rounds N --pairs N --streams N --serve N --serve-stdin --instructions N [--against PATH])"
                 ));
             }
         }
@@ -109,6 +124,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if opts.instructions > 0 {
+        return match instructions(&opts) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("lb-l7bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let ns = Netns::new("l7b");
     for a in [FRONT, "198.18.0.11"] {
         ns.ip(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
@@ -127,6 +154,67 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The routes `--instructions` counts.
+const COUNTED: [Route; 4] = [
+    Route {
+        name: "proxy to backend",
+        port: 80,
+        h2: false,
+    },
+    Route {
+        name: "proxy to backend, access log on",
+        port: 86,
+        h2: false,
+    },
+    Route {
+        name: "status(200) -> inlineContent",
+        port: 87,
+        h2: false,
+    },
+    Route {
+        name: "proxy to backend, h2c client",
+        port: 80,
+        h2: true,
+    },
+];
+
+/// `--instructions`: this build's instructions per request, and another's beside it.
+fn instructions(opts: &Options) -> Result<String, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let n = opts.instructions;
+    let ours = callgrind::per_request(&me, n, &COUNTED)?;
+    let theirs = match &opts.against {
+        Some(other) => Some(callgrind::per_request(Path::new(other), n, &COUNTED)?),
+        None => None,
+    };
+    let mut out = format!(
+        "instructions per request in the proxy's process (callgrind, {n} requests per route, 16 connections, after 2000 to warm up)\n"
+    );
+    let _ = writeln!(
+        out,
+        "{:<36} {:>12} {:>12} {:>8}",
+        "route", "this build", "against", "ratio"
+    );
+    for (i, r) in COUNTED.iter().enumerate() {
+        match &theirs {
+            Some(t) => {
+                let _ = writeln!(
+                    out,
+                    "{:<36} {:>12.0} {:>12.0} {:>7.3}×",
+                    r.name,
+                    ours[i],
+                    t[i],
+                    ours[i] / t[i]
+                );
+            }
+            None => {
+                let _ = writeln!(out, "{:<36} {:>12.0}", r.name, ours[i]);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A child process killed on drop.
@@ -486,15 +574,23 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
     // (`disableAccessLog()`, `enableAccessLog()`): the pair differs by the logging
     // alone, and the filter's own cost shows against the plain route.
     let me = std::process::id();
-    if opts.serve > 0 {
+    if opts.serve > 0 || opts.serve_stdin {
+        let until = if opts.serve_stdin {
+            "until stdin closes".to_owned()
+        } else {
+            format!("for {} s", opts.serve)
+        };
         println!(
             "namespace {namespace}: lbd's proxy (pid {me}) on {FRONT}:80 and :85-89, nginx (master pid {}) on :81 and h2c :83, \
-             HAProxy (pid {}) on :82 and h2c :84, backend {BACKEND}; serving for {} s",
+             HAProxy (pid {}) on :82 and h2c :84, backend {BACKEND}; serving {until}",
             nginx_proxy.0.id(),
             haproxy.0.id(),
-            opts.serve
         );
-        std::thread::sleep(Duration::from_secs(opts.serve));
+        if opts.serve_stdin {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        } else {
+            std::thread::sleep(Duration::from_secs(opts.serve));
+        }
         proxy.shutdown();
         return Ok(String::new());
     }

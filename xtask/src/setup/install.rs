@@ -45,10 +45,10 @@ pub fn providers(missing: &[&Capability]) -> Result<()> {
 
 /// What `cargo xtask bench l7` compares against and drives: nginx and HAProxy as
 /// reference proxies (and nginx as the shared backend), wrk and h2load (HTTP/1.1 and
-/// h2c) as the load generators.
+/// h2c) as the load generators, valgrind for `--instructions`.
 /// Not needed by the tests, so only the benchmark installs them.
 pub fn l7_bench_tools() -> Result<()> {
-    let missing: Vec<&str> = ["nginx", "haproxy", "wrk", "nghttp2-client"]
+    let missing: Vec<&str> = ["nginx", "haproxy", "wrk", "nghttp2-client", "valgrind"]
         .into_iter()
         .filter(|p| !dpkg_installed(p))
         .collect();
