@@ -125,16 +125,7 @@ fn main() -> ExitCode {
         }
     };
     if opts.instructions > 0 {
-        return match instructions(&opts) {
-            Ok(text) => {
-                println!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("lb-l7bench: {e}");
-                ExitCode::FAILURE
-            }
-        };
+        return report(instructions(&opts));
     }
     let ns = Netns::new("l7b");
     for a in [FRONT, "198.18.0.11"] {
@@ -143,8 +134,12 @@ fn main() -> ExitCode {
     let dir = TempDir::new("l7bench");
     let dir_path = dir.path().to_owned();
     let namespace = ns.name().to_owned();
-    let report = ns.run(move || run(&opts, &dir_path, &namespace));
-    match report {
+    report(ns.run(move || run(&opts, &dir_path, &namespace)))
+}
+
+/// Prints a finished benchmark's report, or its error.
+fn report(result: Result<String, String>) -> ExitCode {
+    match result {
         Ok(text) => {
             println!("{text}");
             ExitCode::SUCCESS
