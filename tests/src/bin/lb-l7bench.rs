@@ -127,6 +127,12 @@ fn main() -> ExitCode {
     if opts.instructions > 0 {
         return report(instructions(&opts));
     }
+    if opts.serve > 0 || opts.serve_stdin {
+        // Before any thread starts, so every thread inherits it: a SIGTERM or ^C
+        // ends the serve through the cleanup (children stopped, namespace removed)
+        // instead of leaving nginx and HAProxy running in an orphaned namespace.
+        block_stop_signals();
+    }
     let ns = Netns::new("l7b");
     for a in [FRONT, "198.18.0.11"] {
         ns.ip(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
@@ -135,6 +141,49 @@ fn main() -> ExitCode {
     let dir_path = dir.path().to_owned();
     let namespace = ns.name().to_owned();
     report(ns.run(move || run(&opts, &dir_path, &namespace)))
+}
+
+/// SIGTERM and SIGINT, as a set.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: the set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        set
+    }
+}
+
+/// Blocks SIGTERM and SIGINT in this thread and the threads it starts, so that
+/// [`wait_for_stop`] takes them. (Children get a fresh mask: std's spawn resets it.)
+fn block_stop_signals() {
+    let set = stop_signals();
+    // SAFETY: changes only the calling thread's mask, with a valid set.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Waits up to `limit` for SIGTERM or SIGINT (blocked by [`block_stop_signals`]).
+fn wait_for_stop(limit: Duration) {
+    let set = stop_signals();
+    let end = std::time::Instant::now().checked_add(limit);
+    loop {
+        let left = end.map_or(Duration::from_secs(3600), |e| {
+            e.saturating_duration_since(std::time::Instant::now())
+        });
+        if left.is_zero() {
+            return;
+        }
+        let wait = libc::timespec {
+            tv_sec: left.as_secs().min(3600) as libc::time_t,
+            tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
+        };
+        // SAFETY: a valid set and timeout; no siginfo wanted.
+        let got = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &wait) };
+        if got == libc::SIGTERM || got == libc::SIGINT {
+            return;
+        }
+    }
 }
 
 /// Prints a finished benchmark's report, or its error.
@@ -582,10 +631,19 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
             haproxy.0.id(),
         );
         if opts.serve_stdin {
-            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        } else {
-            std::thread::sleep(Duration::from_secs(opts.serve));
+            // EOF on stdin stops the serve as a signal does.
+            std::thread::spawn(|| {
+                let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+                // SAFETY: a signal to this process, which waits for it below.
+                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+            });
         }
+        let serve = if opts.serve_stdin {
+            u64::MAX
+        } else {
+            opts.serve
+        };
+        wait_for_stop(Duration::from_secs(serve));
         proxy.shutdown();
         return Ok(String::new());
     }
