@@ -232,9 +232,9 @@ fn parse_one(
     if !headers.is_empty() {
         headers.clear();
     }
-    let keep_alive = fill(headers, &bytes, spans, version)?;
-    let framing = framing(status, version, method, headers)?;
-    let keep_alive = keep_alive && framing != Framing::Close && !upgrade(status, method);
+    let seen = fill(headers, &bytes, spans, version)?;
+    let framing = framing(status, version, method, &seen)?;
+    let keep_alive = seen.keep_alive && framing != Framing::Close && !upgrade(status, method);
     let reason =
         reason.and_then(|(s, e)| hyper::ext::ReasonPhrase::try_from(bytes.slice(s..e)).ok());
     Ok(Some(Some(Head {
@@ -246,16 +246,29 @@ fn parse_one(
     })))
 }
 
-/// Puts the head's fields into `headers`; returns whether the head allows keep-alive
-/// (HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`).
+/// What [`fill`] saw of the fields that say how the body is framed and whether the
+/// connection stays open, noted as each field went into the map: looking them up
+/// again afterwards cost two hashed lookups per response.
+struct Seen {
+    /// HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`.
+    keep_alive: bool,
+    /// `Some`: a Transfer-Encoding came; whether its last value ends with `chunked`.
+    chunked: Option<bool>,
+    /// The Content-Length the head's values agree on ([`add_length`]).
+    length: Result<Option<u64>, Malformed>,
+}
+
+/// Puts the head's fields into `headers`, noting what [`framing`] needs ([`Seen`]).
 fn fill(
     headers: &mut HeaderMap,
     bytes: &Bytes,
     spans: &[Span],
     version: Version,
-) -> Result<bool, Malformed> {
+) -> Result<Seen, Malformed> {
     let mut keep_alive = version == Version::HTTP_11;
     let mut close = false;
+    let mut chunked = None;
+    let mut length = Ok(None);
     headers.reserve(spans.len());
     for s in spans {
         let name = HeaderName::from_bytes(&bytes[s.name.0..s.name.1])
@@ -265,10 +278,18 @@ fn fill(
         if name == header::CONNECTION {
             close |= has_token(&value, "close");
             keep_alive |= has_token(&value, "keep-alive");
+        } else if name == header::CONTENT_LENGTH {
+            add_length(&value, &mut length);
+        } else if name == header::TRANSFER_ENCODING {
+            chunked = Some(ends_chunked(&value));
         }
         headers.append(name, value);
     }
-    Ok(keep_alive && !close)
+    Ok(Seen {
+        keep_alive: keep_alive && !close,
+        chunked,
+        length,
+    })
 }
 
 /// A response after which the connection belongs to another protocol (or a tunnel):
@@ -283,7 +304,7 @@ fn framing(
     status: StatusCode,
     version: Version,
     method: &Method,
-    headers: &HeaderMap,
+    seen: &Seen,
 ) -> Result<Framing, Malformed> {
     if status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -293,21 +314,21 @@ fn framing(
     {
         return Ok(Framing::Empty);
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        if headers.contains_key(header::CONTENT_LENGTH) {
+    if let Some(chunked) = seen.chunked {
+        if !matches!(seen.length, Ok(None)) {
             return Err(Malformed::LengthAndEncoding);
         }
         if version == Version::HTTP_10 {
             return Err(Malformed::EncodingInHttp10);
         }
         // Chunked must be the last coding; otherwise the body ends with the connection.
-        return Ok(if is_chunked(headers) {
+        return Ok(if chunked {
             Framing::Chunked
         } else {
             Framing::Close
         });
     }
-    Ok(match content_length(headers)? {
+    Ok(match seen.length.clone()? {
         Some(0) => Framing::Empty,
         Some(n) => Framing::Length(n),
         None => Framing::Close,
@@ -320,25 +341,46 @@ fn is_chunked(headers: &HeaderMap) -> bool {
         .get_all(header::TRANSFER_ENCODING)
         .iter()
         .next_back()
-        .and_then(|v| v.to_str().ok())
+        .is_some_and(ends_chunked)
+}
+
+/// Whether a Transfer-Encoding value's last coding is `chunked`.
+fn ends_chunked(value: &HeaderValue) -> bool {
+    value
+        .to_str()
+        .ok()
         .and_then(|v| v.rsplit(',').next())
         .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
 }
 
-/// The Content-Length: every value (and every comma-separated item of one) must be
-/// the same decimal number; `None` without the header.
+/// The Content-Length the head's values agree on (a value may be a list of equal
+/// lengths); `None` without one.
 fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Malformed> {
-    let mut length = None;
+    let mut length = Ok(None);
     for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.as_bytes().split(|&b| b == b',') {
-            let n = decimal(item.trim_ascii()).ok_or(Malformed::ContentLength)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Malformed::ContentLength);
+        add_length(value, &mut length);
+    }
+    length
+}
+
+/// Takes one Content-Length value into `length`: each of its comma-separated items
+/// must be digits and equal to every length before; otherwise `length` becomes the
+/// error and stays it.
+fn add_length(value: &HeaderValue, length: &mut Result<Option<u64>, Malformed>) {
+    let Ok(known) = length else {
+        return;
+    };
+    let mut now = *known;
+    for item in value.as_bytes().split(|&b| b == b',') {
+        match decimal(item.trim_ascii()) {
+            Some(n) if now.is_none_or(|l| l == n) => now = Some(n),
+            _ => {
+                *length = Err(Malformed::ContentLength);
+                return;
             }
-            length = Some(n);
         }
     }
-    Ok(length)
+    *length = Ok(now);
 }
 
 /// Digits only (no sign, no blank), within `u64`.
