@@ -168,15 +168,18 @@ fn wait_for_stop(limit: Duration) {
     let set = stop_signals();
     let end = std::time::Instant::now().checked_add(limit);
     loop {
-        let left = end.map_or(Duration::from_secs(3600), |e| {
-            e.saturating_duration_since(std::time::Instant::now())
-        });
-        if left.is_zero() {
+        // An hour at a time at most (a `time_t` holds that whatever `limit` is).
+        let step = end
+            .map_or(Duration::MAX, |e| {
+                e.saturating_duration_since(std::time::Instant::now())
+            })
+            .min(Duration::from_secs(3600));
+        if step.is_zero() {
             return;
         }
         let wait = libc::timespec {
-            tv_sec: left.as_secs().min(3600) as libc::time_t,
-            tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
+            tv_sec: step.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(step.subsec_nanos()),
         };
         // SAFETY: a valid set and timeout; no siginfo wanted.
         let got = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &wait) };

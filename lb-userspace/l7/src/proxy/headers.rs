@@ -4,16 +4,20 @@
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 /// Headers that belong to one connection (RFC 9110 §7.6.1, plus the legacy
-/// `Keep-Alive` and `Proxy-Connection`).
-static HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
+/// `Keep-Alive` and `Proxy-Connection`), and Upgrade (the proxy does not tunnel
+/// protocol upgrades), as the lower-case text a [`HeaderName`] has. Text, so that a
+/// head's field is checked by its name's text (most fail on their length alone) and
+/// a name Connection lists by comparing without case, without making a name of it.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
 
 /// Removes hop-by-hop headers and those the Connection header names; `Upgrade` too
@@ -52,9 +56,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
-    // Each name at most once (the map's keys are distinct), so the eight hop-by-hop
-    // names and Upgrade fit.
-    let mut present: [Option<HeaderName>; HOP_BY_HOP.len() + 1] = Default::default();
+    // Each name at most once (the map's keys are distinct), so they all fit.
+    let mut present: [Option<HeaderName>; HOP_BY_HOP.len()] = Default::default();
     let mut n = 0;
     for name in headers.keys() {
         if n < present.len() && is_hop_by_hop(name) {
@@ -67,30 +70,14 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Whether `name` is one of [`HOP_BY_HOP`] or Upgrade. One match on the name's text
-/// (most names fail on their length alone) instead of nine comparisons for each of
-/// a head's fields.
+/// Whether `name` is one of [`HOP_BY_HOP`].
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
+    HOP_BY_HOP.contains(&name.as_str())
 }
 
 /// Whether a name Connection lists is one [`strip_hop_by_hop`] removes in any case.
 fn goes_anyway(token: &str) -> bool {
-    token.eq_ignore_ascii_case("upgrade")
-        || HOP_BY_HOP
-            .iter()
-            .any(|n| n.as_str().eq_ignore_ascii_case(token))
+    HOP_BY_HOP.iter().any(|n| n.eq_ignore_ascii_case(token))
 }
 
 /// A client connection's address, with its X-Forwarded-For value.
@@ -187,8 +174,8 @@ mod tests {
     #[test]
     fn every_hop_by_hop_name_goes_at_once_with_all_its_values() {
         let mut h = HeaderMap::new();
-        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
-            h.append(name, HeaderValue::from_static("a"));
+        for name in HOP_BY_HOP.map(HeaderName::from_static) {
+            h.append(&name, HeaderValue::from_static("a"));
             h.append(name, HeaderValue::from_static("b"));
         }
         // Listed in two Connection values, in any case; one listed name is absent.
@@ -207,9 +194,19 @@ mod tests {
     }
 
     #[test]
-    fn the_hop_by_hop_match_is_the_list() {
-        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
-            assert!(is_hop_by_hop(name), "{name}");
+    fn the_hop_by_hop_list_holds_the_standard_names() {
+        for name in [
+            header::CONNECTION,
+            header::PROXY_AUTHENTICATE,
+            header::PROXY_AUTHORIZATION,
+            header::TE,
+            header::TRAILER,
+            header::TRANSFER_ENCODING,
+            header::UPGRADE,
+            HeaderName::from_static("keep-alive"),
+            HeaderName::from_static("proxy-connection"),
+        ] {
+            assert!(is_hop_by_hop(&name), "{name}");
         }
         for name in [
             header::HOST,
