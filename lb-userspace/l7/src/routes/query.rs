@@ -8,11 +8,14 @@ use super::template::Sink;
 
 /// `query` with `key` set to the single value `value` (added if absent).
 pub fn set(query: &str, key: &str, value: &str) -> String {
-    let mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> =
-        pairs_cow(query).filter(|(k, _)| k != key).collect();
+    let mut pairs: Pairs<'_> = pairs_cow(query).filter(|(k, _)| k != key).collect();
     pairs.push((Cow::Borrowed(key), Cow::Borrowed(value)));
     encode(pairs, query.len() + key.len() + value.len() + 2)
 }
+
+/// A query's decoded pairs while it is re-encoded: on the stack up to eight, so a
+/// `setQuery` allocates only the text it makes.
+type Pairs<'a> = smallvec::SmallVec<[(Cow<'a, str>, Cow<'a, str>); 8]>;
 
 /// `query` without `key` (skipper's `dropQuery`): re-encoded like [`set`], so the keys
 /// come out sorted even when `key` was not there.
@@ -24,7 +27,7 @@ pub fn drop(query: &str, key: &str) -> String {
 }
 
 /// Go's `Values.Encode`: keys sorted, a key's values in their order.
-fn encode(mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)>, capacity: usize) -> String {
+fn encode(mut pairs: Pairs<'_>, capacity: usize) -> String {
     pairs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = String::with_capacity(capacity);
     for (i, (k, v)) in pairs.iter().enumerate() {
