@@ -707,6 +707,10 @@ fn templates_and_filter_variants_reach_the_backend_as_in_skipper() {
             cookie: Path("/cookie") -> setRequestHeader("X-Session", "${{request.cookie.session}}")
                 -> setRequestHeader("X-Host", "${{request.host}} ${{request.path}}") -> "http://{b}";
             plain: Path("/plain") -> "http://{b}/some/path?x=1";
+            seen: Path("/seen") -> setQuery("lang", "pt")
+                -> setResponseHeader("X-Target", "${{request.path}} ${{request.rawQuery}}") -> "http://{b}";
+            asked: Path("/asked") -> setResponseHeader("X-Target", "${{request.path}} ${{request.query.x}}")
+                -> "http://{b}";
             "#,
             b = b.addr
         );
@@ -745,6 +749,13 @@ fn templates_and_filter_variants_reach_the_backend_as_in_skipper() {
             assert_eq!(a.header("x-seen"), "in-0");
             let a = get(&c, &url(86, "/files/x")).await.expect("files");
             assert_eq!(a.header("x-seen"), "", "an unresolved placeholder sets no header");
+            // Response templates see the request as its filters left it: the query a
+            // filter set, and the path and query as received where none did.
+            let a = get(&c, &url(86, "/seen?x=1")).await.expect("seen");
+            assert!(a.body.contains("GET /seen?lang=pt&x=1\n"), "{}", a.body);
+            assert_eq!(a.header("x-target"), "/seen lang=pt&x=1");
+            let a = get(&c, &url(86, "/asked?x=7")).await.expect("asked");
+            assert_eq!(a.header("x-target"), "/asked 7");
         });
         proxy.shutdown();
     });

@@ -158,8 +158,11 @@ fn explain(
     if let Some(route) = plan.route {
         out.route = Some(route.id.clone());
         out.source = Some(route.source.clone());
-        out.path = plan.exchange.path(&parts.uri).to_owned();
-        out.query = plan.exchange.query(&parts.uri).to_owned();
+        out.path = plan.exchange.path(parts.uri.path()).to_owned();
+        out.query = plan
+            .exchange
+            .query(parts.uri.query().unwrap_or(""))
+            .to_owned();
     }
     let (pool, key) = match &plan.outcome {
         Fate::Answer(a) => {

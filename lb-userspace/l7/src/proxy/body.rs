@@ -207,8 +207,9 @@ impl LogRecord {
                 *slot = value.cloned();
             }
         }
-        if !self.mask.is_empty() && ex.query(&self.uri) != self.uri.query().unwrap_or("") {
-            self.filtered_query = Some(ex.query(&self.uri).into());
+        let own = self.uri.query().unwrap_or("");
+        if !self.mask.is_empty() && ex.query(own) != own {
+            self.filtered_query = Some(ex.query(own).into());
         }
     }
 
@@ -444,8 +445,7 @@ mod tests {
     #[test]
     fn the_line_shows_what_request_filters_changed() {
         let ex = Exchange {
-            query: "lang=pt&token=s".to_owned(),
-            rewritten: true,
+            query: Some("lang=pt&token=s".to_owned()),
             edits: vec![
                 HeaderEdit::Set(FLOW_ID.clone(), HeaderValue::from_static("F9")),
                 HeaderEdit::Set(header::USER_AGENT, HeaderValue::from_static("set")),

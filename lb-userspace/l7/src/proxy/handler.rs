@@ -110,6 +110,8 @@ impl ServiceState {
             headers: parts.headers.clone(),
             routing_path: head.path.clone().into_owned(),
             host: head.host.to_owned(),
+            path: parts.uri.path().to_owned(),
+            query: parts.uri.query().unwrap_or("").to_owned(),
         });
         let scheme = request_scheme(parts.version, &parts.uri);
         // What the log line needs is taken now (shared bytes, no copies): the request
@@ -171,6 +173,8 @@ impl ServiceState {
                 host: kept.as_ref().map_or("", |k| &k.host),
                 headers: kept.as_ref().map_or(&empty, |k| &k.headers),
                 routing_path: kept.as_ref().map_or("", |k| &k.routing_path),
+                path: kept.as_ref().map_or("", |k| &k.path),
+                query: kept.as_ref().map_or("", |k| &k.query),
                 peer: peer.ip(),
                 trusted,
             };
@@ -284,6 +288,10 @@ struct Kept {
     headers: http::HeaderMap,
     routing_path: String,
     host: String,
+    /// The path and query as received: a filter that set them left its own in the
+    /// exchange.
+    path: String,
+    query: String,
 }
 
 /// A response body before the bookkeeping is attached.

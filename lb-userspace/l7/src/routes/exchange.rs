@@ -17,10 +17,12 @@ use crate::balance::rng;
 /// What a request became while its route's filters ran.
 #[derive(Debug, Default)]
 pub struct Exchange {
-    /// The path (filters may rewrite it), escaped as the backend gets it.
-    pub path: String,
-    /// The raw query without `?`; empty for none.
-    pub query: String,
+    /// The path a filter set, escaped as the backend gets it; `None`: the request's
+    /// own ([`Exchange::path`]). Filters copy nothing they do not change.
+    pub path: Option<String>,
+    /// The raw query without `?` a filter set (empty: none); `None`: the request's
+    /// own ([`Exchange::query`]).
+    pub query: Option<String>,
     /// Request header changes, in order, for the proxy to apply to what it forwards.
     pub edits: Vec<HeaderEdit>,
     /// The hash of the key a `consistentHashKey` resolved, if one did.
@@ -29,9 +31,6 @@ pub struct Exchange {
     pub served: Option<Served>,
     /// How many filters ran their request part (the response parts of those run).
     pub ran: usize,
-    /// A filter changed the path or query: the backend gets `path`/`query` instead of
-    /// the request's own (which is forwarded as is, without copying, otherwise).
-    pub rewritten: bool,
     /// The Host the backend gets; the proxy sets where it starts (the node's
     /// `preserve_host`) before the filters run.
     pub host: UpstreamHost,
@@ -54,28 +53,21 @@ impl Exchange {
         })
     }
 
-    /// The request's path and query as filters left them: an exchange starts with
-    /// copies only when the route's filters read or change them
-    /// ([`super::Route::filters_read_target`]); without, `path` and `query` stay
-    /// empty and the request's own are forwarded (`rewritten` stays false).
-    pub fn for_request(uri: &http::Uri, reads_target: bool) -> Self {
-        if !reads_target {
-            return Self::default();
-        }
-        Self {
-            path: uri.path().to_owned(),
-            query: uri.query().unwrap_or("").to_owned(),
-            ..Self::default()
-        }
+    /// The path the backend sees, given the request's own (escaped, as received).
+    pub fn path<'a>(&'a self, own: &'a str) -> &'a str {
+        self.path.as_deref().unwrap_or(own)
     }
 
-    /// The path the backend sees.
-    pub fn path<'a>(&'a self, uri: &'a http::Uri) -> &'a str {
-        if self.rewritten {
-            &self.path
-        } else {
-            uri.path()
-        }
+    /// The query the backend sees (without `?`), given the request's own.
+    pub fn query<'a>(&'a self, own: &'a str) -> &'a str {
+        self.query.as_deref().unwrap_or(own)
+    }
+
+    /// Whether a filter set the path or query: the backend then gets a target made
+    /// of [`Exchange::path`] and [`Exchange::query`] instead of the request's own
+    /// (which is forwarded as is, without copying, otherwise).
+    pub fn rewritten(&self) -> bool {
+        self.path.is_some() || self.query.is_some()
     }
 
     /// The path and query for the backend: the request's own (moved, not copied:
@@ -83,33 +75,26 @@ impl Exchange {
     /// an allocation) unless a filter rewrote them; `None` if a rewrite is no valid
     /// target.
     pub fn target(&self, uri: http::Uri) -> Option<http::uri::PathAndQuery> {
-        if !self.rewritten {
+        if !self.rewritten() {
             return Some(
                 uri.into_parts()
                     .path_and_query
                     .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
             );
         }
-        let mut pq = String::with_capacity(self.path.len() + self.query.len() + 1);
-        pq.push_str(if self.path.is_empty() {
-            "/"
-        } else {
-            &self.path
-        });
-        if !self.query.is_empty() {
+        let path = self.path(uri.path());
+        let path = if path.is_empty() { "/" } else { path };
+        let query = self.query(uri.query().unwrap_or(""));
+        // Exactly as long as the text: a `Vec` with room to spare becomes `Bytes`
+        // with an allocation of its own.
+        let room = if query.is_empty() { 0 } else { query.len() + 1 };
+        let mut pq = String::with_capacity(path.len() + room);
+        pq.push_str(path);
+        if !query.is_empty() {
             pq.push('?');
-            pq.push_str(&self.query);
+            pq.push_str(query);
         }
         http::uri::PathAndQuery::from_maybe_shared(Bytes::from(pq)).ok()
-    }
-
-    /// The query the backend sees (without `?`).
-    pub fn query<'a>(&'a self, uri: &'a http::Uri) -> &'a str {
-        if self.rewritten {
-            &self.query
-        } else {
-            uri.query().unwrap_or("")
-        }
     }
 }
 
@@ -146,9 +131,10 @@ pub fn request_scheme(version: http::Version, uri: &http::Uri) -> &'static str {
 
 /// What filters read of a request besides what they change.
 ///
-/// For response filters the proxy passes the request's headers only when a response
-/// template reads them ([`super::Route::response_reads_request`]): the headers went
-/// to the backend, and keeping a copy for every request would cost for nothing.
+/// For response filters the proxy passes the request's headers, path and query only
+/// when a response template reads them ([`super::Route::response_reads_request`]):
+/// they went to the backend, and keeping a copy for every request would cost for
+/// nothing.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestInfo<'a> {
     /// Method.
@@ -159,6 +145,11 @@ pub struct RequestInfo<'a> {
     pub host: &'a str,
     /// Headers as the client sent them.
     pub headers: &'a HeaderMap,
+    /// The path as the client sent it (escaped): what filters see until one sets
+    /// another ([`Exchange::path`]).
+    pub path: &'a str,
+    /// The raw query as the client sent it, without `?` (empty: none).
+    pub query: &'a str,
     /// The routing path the route matched.
     pub routing_path: &'a str,
     /// The peer's address.
@@ -176,8 +167,8 @@ impl<'a> RequestInfo<'a> {
         Values {
             method: self.method,
             host: self.host,
-            path: &ex.path,
-            query: &ex.query,
+            path: ex.path(self.path),
+            query: ex.query(self.query),
             routing_path: self.routing_path,
             headers: Headers {
                 base: self.headers,

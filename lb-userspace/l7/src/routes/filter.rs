@@ -175,29 +175,6 @@ impl PathTemplate {
 }
 
 impl Filter {
-    /// Whether the filter reads or changes the request's path or query (a template
-    /// that reads them included): a route none of whose filters do leaves the
-    /// exchange without copies of them (two allocations per request). A filter not
-    /// named here as leaving them alone counts, so a new one is safe by default.
-    pub fn reads_target(&self) -> bool {
-        match self {
-            Filter::Status(_)
-            | Filter::InlineContent { .. }
-            | Filter::DropRequestHeader(_)
-            | Filter::DropResponseHeader(_)
-            | Filter::ModRequestHeader(..)
-            | Filter::ModResponseHeader(..)
-            | Filter::PreserveHost(_)
-            | Filter::FlowId { .. }
-            | Filter::BackendTimeout(_) => false,
-            Filter::RequestHeader(_, v, _) | Filter::ResponseHeader(_, v, _) => {
-                v.template().reads_target()
-            }
-            Filter::ConsistentHashKey(t) => t.reads_target(),
-            _ => true,
-        }
-    }
-
     /// Whether the filter answers the request itself (skipper's `ctx.Serve`): the
     /// filters after it run neither their request nor their response part.
     pub fn serves(&self) -> bool {
@@ -225,19 +202,16 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
                 let values = req.values(ex, None);
                 let (k, _) = k.apply_cow(&values);
                 let (v, _) = v.apply_cow(&values);
-                ex.query = query::set(&ex.query, &k, &v);
-                ex.rewritten = true;
+                ex.query = Some(query::set(ex.query(req.query), &k, &v));
             }
             Filter::SetRawQuery(q) => {
-                ex.query = q.apply(&req.values(ex, None)).0;
-                ex.rewritten = true;
+                ex.query = Some(q.apply(&req.values(ex, None)).0);
             }
             Filter::DropQuery(k) => {
                 let (k, _) = k.apply_cow(&req.values(ex, None));
-                ex.query = query::drop(&ex.query, &k);
-                ex.rewritten = true;
+                ex.query = Some(query::drop(ex.query(req.query), &k));
             }
-            Filter::ModPath(re, with) => mod_path(re, with, ex),
+            Filter::ModPath(re, with) => mod_path(re, with, ex, req),
             Filter::RedirectTo(status, loc) => {
                 let host = redirect_host(ex, req.host);
                 ex.served = Some(Served::Redirect {
@@ -245,8 +219,8 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
                     location: loc.render(FromRequest {
                         scheme: req.scheme,
                         host: &host,
-                        path: &ex.path,
-                        query: &ex.query,
+                        path: ex.path(req.path),
+                        query: ex.query(req.query),
                     }),
                 });
                 return;
@@ -265,11 +239,12 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
             Filter::DropRequestHeader(name) => ex.edits.push(HeaderEdit::Drop(name.clone())),
             Filter::SetPath(p) => {
                 let path = p.path(&req.values(ex, None));
-                set_path(ex, &path);
+                set_path(ex, req, &path);
             }
             Filter::StripQuery { to_headers } => {
                 if *to_headers {
-                    for (k, v) in query::pairs(&ex.query) {
+                    let current = ex.query.as_deref().unwrap_or(req.query);
+                    for (k, v) in query::pairs(current) {
                         let name = HeaderName::from_bytes(query::param_header_name(&k).as_bytes());
                         // A decoded value with a line break cannot be a header.
                         if let (Ok(name), Ok(value)) = (name, HeaderValue::from_str(&v)) {
@@ -277,8 +252,10 @@ pub fn on_request(filters: &[Filter], ex: &mut Exchange, req: &RequestInfo<'_>) 
                         }
                     }
                 }
-                ex.rewritten |= !ex.query.is_empty();
-                ex.query.clear();
+                // A request without a query keeps its own target.
+                if !ex.query(req.query).is_empty() {
+                    ex.query = Some(String::new());
+                }
             }
             Filter::ConsistentHashKey(t) => {
                 let mut h = Hash(rng::FNV_START);
@@ -330,23 +307,21 @@ fn redirect_host<'a>(ex: &Exchange, incoming: &'a str) -> std::borrow::Cow<'a, s
 /// `/café` to the regexp and a `%2F` is a `/`); the backend gets the result in
 /// Go's sent form ([`gopath::sent_form`]). A path that does not match stays as it
 /// came.
-fn mod_path(re: &Regex, with: &str, ex: &mut Exchange) {
-    let Some(decoded) = gopath::decode(&ex.path) else {
+fn mod_path(re: &Regex, with: &str, ex: &mut Exchange, req: &RequestInfo<'_>) {
+    let Some(decoded) = gopath::decode(ex.path(req.path)) else {
         return;
     };
     let decoded = String::from_utf8_lossy(&decoded);
     if let std::borrow::Cow::Owned(p) = re.replace_all(&decoded, with) {
-        set_path(ex, p.as_bytes());
+        set_path(ex, req, p.as_bytes());
     }
 }
 
 /// Sets Go's `URL.Path` to `path` (decoded) and keeps the form the backend gets.
-fn set_path(ex: &mut Exchange, path: &[u8]) {
-    let received = ex
-        .received_path
-        .get_or_insert_with(|| ex.path.as_str().into());
-    ex.path = gopath::sent_form(path, received);
-    ex.rewritten = true;
+fn set_path(ex: &mut Exchange, req: &RequestInfo<'_>, path: &[u8]) {
+    let current = ex.path.as_deref().unwrap_or(req.path);
+    let received = ex.received_path.get_or_insert_with(|| current.into());
+    ex.path = Some(gopath::sent_form(path, received));
 }
 
 /// `modRequestHeader`: see [`Filter::ModRequestHeader`]. A result that is no header

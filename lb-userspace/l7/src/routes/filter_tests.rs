@@ -35,13 +35,17 @@ fn route(filters: &str) -> Route {
 /// starting from `start`.
 fn run(filters: &str, host: &str, request: &HeaderMap, start: UpstreamHost) -> Exchange {
     let r = route(filters);
-    let mut ex = Exchange::for_request(&"/".parse().expect("uri"), true);
-    ex.host = start;
+    let mut ex = Exchange {
+        host: start,
+        ..Exchange::default()
+    };
     let info = RequestInfo {
         method: "GET",
         scheme: "https",
         host,
         headers: request,
+        path: "/",
+        query: "",
         routing_path: "/",
         peer: std::net::IpAddr::from([198, 18, 0, 1]),
         trusted: false,

@@ -112,9 +112,6 @@ pub struct Route {
     /// Whether a response filter's template reads the request's headers, client
     /// address or path parameters: only then does the proxy keep them for it.
     pub response_reads_request: bool,
-    /// Whether a filter reads or changes the request's path or query
-    /// ([`Filter::reads_target`]): only then does the exchange copy them.
-    pub filters_read_target: bool,
     /// Backend.
     pub backend: Backend,
     /// `enableAccessLog`/`disableAccessLog`, if the route has one (last wins).
@@ -433,14 +430,12 @@ fn compile_route(
     let response_reads_request = filters
         .iter()
         .any(|f| matches!(f, Filter::ResponseHeader(_, v, _) if v.template().reads_request()));
-    let filters_read_target = filters.iter().any(Filter::reads_target);
     Ok(Route {
         id: r.id.clone(),
         path,
         predicates,
         filters,
         response_reads_request,
-        filters_read_target,
         backend,
         access_log: settings.access_log,
         mask_query: settings.mask_query.into(),

@@ -46,6 +46,8 @@ impl<'a> Request<'a> {
             scheme: request_scheme(self.parts.version, &self.parts.uri),
             host: self.head.host,
             headers: &self.parts.headers,
+            path: self.parts.uri.path(),
+            query: self.parts.uri.query().unwrap_or(""),
             routing_path: &self.head.path,
             peer: self.peer,
             trusted: self.trusted,
@@ -207,8 +209,10 @@ pub fn plan<'r>(table: &'r RouteTable, req: &Request<'_>, preserve_host: bool) -
     let Some(route) = route else {
         return unrouted(Answer::error(Answered::NoRoute, StatusCode::NOT_FOUND));
     };
-    let mut ex = Exchange::for_request(&parts.uri, route.filters_read_target);
-    ex.host = UpstreamHost::initial(preserve_host);
+    let mut ex = Exchange {
+        host: UpstreamHost::initial(preserve_host),
+        ..Exchange::default()
+    };
     let info = req.info();
     filter::on_request(&route.filters, &mut ex, &info);
     let mut outcome = match (ex.served.take(), &route.backend) {

@@ -145,8 +145,8 @@ impl Template {
     }
 
     /// Whether applying it reads the request's headers, host, cookies, client
-    /// addresses or path parameters: what a response filter needs kept from the
-    /// request.
+    /// addresses, path parameters, path or query: what a response filter needs kept
+    /// from the request.
     pub fn reads_request(&self) -> bool {
         self.pieces.iter().any(|p| {
             matches!(
@@ -157,17 +157,11 @@ impl Template {
                     | Piece::Source
                     | Piece::SourceFromLast
                     | Piece::Param(_)
+                    | Piece::Path
+                    | Piece::Query(_)
+                    | Piece::RawQuery
             )
         })
-    }
-
-    /// Whether it reads the request's path or query (`${request.path}`,
-    /// `${request.query.NAME}`, `${request.rawQuery}`), which the exchange then has to
-    /// hold (see [`super::Route::filters_read_target`]).
-    pub fn reads_target(&self) -> bool {
-        self.pieces
-            .iter()
-            .any(|p| matches!(p, Piece::Path | Piece::Query(_) | Piece::RawQuery))
     }
 
     /// Writes the template applied to `v` into `out`; `true` when every placeholder

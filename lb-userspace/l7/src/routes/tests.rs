@@ -162,27 +162,33 @@ fn compile_errors_name_route_position_and_problem() {
     }
 }
 
+/// Runs the request filters of the first route of `text` on a request for `path`
+/// and `query`: the exchange holds what they set (`None`: left as received).
 fn run(text: &str, path: &str, query: &str) -> Exchange {
     let t = table(text);
     let route = &t.routes()[0];
-    let mut ex = Exchange {
-        path: path.into(),
-        query: query.into(),
-        ..Exchange::default()
-    };
+    let mut ex = Exchange::default();
     let headers = HeaderMap::new();
-    on_request(&route.filters, &mut ex, &info(&headers, path));
+    let req = RequestInfo {
+        path,
+        query,
+        ..info(&headers, path)
+    };
+    on_request(&route.filters, &mut ex, &req);
     ex
 }
 
 /// A request from 198.18.0.1 to `lb.example:8080` (origin-form, so the scheme a
-/// redirect defaults to is skipper's `https`).
+/// redirect defaults to is skipper's `https`), for the routing path as sent, without
+/// a query.
 pub(super) fn info<'a>(headers: &'a HeaderMap, routing_path: &'a str) -> RequestInfo<'a> {
     RequestInfo {
         method: "GET",
         scheme: "https",
         host: "lb.example:8080",
         headers,
+        path: routing_path,
+        query: "",
         routing_path,
         peer: std::net::IpAddr::from([198, 18, 0, 1]),
         trusted: true,
@@ -229,8 +235,8 @@ fn request_filters_rewrite_in_order_and_inline_content_stops_them() {
         "b=2&a=1",
     );
     assert_eq!(
-        (ex.path.as_str(), ex.query.as_str()),
-        ("/p", "a=1&b=2&lang=pt")
+        (ex.path.as_deref(), ex.query.as_deref()),
+        (Some("/p"), Some("a=1&b=2&lang=pt"))
     );
     assert_eq!(ex.edits.len(), 1);
     let ex = run(
@@ -238,7 +244,10 @@ fn request_filters_rewrite_in_order_and_inline_content_stops_them() {
         "/foo/boo",
         "a=1",
     );
-    assert_eq!((ex.path.as_str(), ex.query.as_str()), ("/f0/b0", ""));
+    assert_eq!(
+        (ex.path.as_deref(), ex.query.as_deref()),
+        (Some("/f0/b0"), Some(""))
+    );
     let ex = run(
         r#"r: * -> status(201) -> inlineContent("Hello world!") -> setQuery("never", "run") -> <shunt>;"#,
         "/",
@@ -247,7 +256,7 @@ fn request_filters_rewrite_in_order_and_inline_content_stops_them() {
     assert!(
         matches!(&ex.served, Some(Served::Inline { body, content_type }) if body == "Hello world!" && content_type == "text/plain; charset=utf-8")
     );
-    assert_eq!((ex.ran, ex.query.as_str()), (2, ""));
+    assert_eq!((ex.ran, ex.query.as_deref()), (2, None));
     let t = table(r#"r: * -> status(201) -> inlineContent("x") -> <shunt>;"#);
     let mut status = StatusCode::OK;
     let mut headers = HeaderMap::new();
@@ -682,43 +691,65 @@ fn https_backends_compile_to_tls_endpoints() {
     assert_eq!(endpoints(2), [e("c:80", false, "c:80")]);
 }
 
-/// The exchange copies the request's path and query only for routes whose filters
-/// read or change them; a template that reads them is such a filter, and sees them.
+/// The exchange holds a path or query only once a filter sets it: filters that
+/// merely read them (templates, `redirectTo`) read the request's own, and a route
+/// that only changes the query copies no path (an allocation each per request).
 #[test]
-fn only_filters_that_read_the_target_make_the_exchange_copy_it() {
-    for (filters, reads) in [
-        (r#"status(201) -> inlineContent("x")"#, false),
+fn filters_copy_only_the_path_and_query_they_set() {
+    for (filters, path, query) in [
+        (r#"status(201) -> inlineContent("x")"#, None, None),
         (
             r#"setRequestHeader("X-A", "1") -> dropResponseHeader("X-B")"#,
-            false,
+            None,
+            None,
         ),
+        (r#"setRequestHeader("X-P", "${request.path}")"#, None, None),
         (
-            r#"flowId() -> preserveHost("true") -> backendTimeout("1s")"#,
-            false,
+            r#"appendResponseHeader("X-Q", "${request.query.q}")"#,
+            None,
+            None,
         ),
-        (r#"setRequestHeader("X-A", "${request.header.X-B}")"#, false),
-        (r#"modRequestHeader("X-A", /a/, "b")"#, false),
-        (r#"setRequestHeader("X-P", "${request.path}")"#, true),
-        (r#"appendResponseHeader("X-Q", "${request.query.q}")"#, true),
-        (r#"consistentHashKey("${request.rawQuery}")"#, true),
-        (r#"setQuery("a", "1")"#, true),
-        (r#"stripQuery()"#, true),
-        (r#"setPath("/p")"#, true),
-        (r#"modPath(/a/, "b")"#, true),
-        (r#"redirectTo(308, "https://x.example")"#, true),
+        (r#"consistentHashKey("${request.rawQuery}")"#, None, None),
+        (r#"redirectTo(308, "https://x.example")"#, None, None),
+        (r#"setQuery("a", "1")"#, None, Some("a=1&q=1")),
+        (
+            r#"setQuery("a", "${request.path}")"#,
+            None,
+            Some("a=%2Fs&q=1"),
+        ),
+        (r#"setQuery("a=1")"#, None, Some("a=1")),
+        (r#"dropQuery("q")"#, None, Some("")),
+        (r#"stripQuery()"#, None, Some("")),
+        (r#"setPath("/p")"#, Some("/p"), None),
+        (r#"modPath(/s/, "t")"#, Some("/t"), None),
+        (r#"modPath(/nothing/, "t")"#, None, None),
     ] {
-        let t = table(&format!(r#"r: * -> {filters} -> <shunt>;"#));
-        let route = t.routes().iter().find(|r| r.id == "r").expect("route r");
-        assert_eq!(route.filters_read_target, reads, "{filters}");
+        let ex = run(&format!(r#"r: * -> {filters} -> <shunt>;"#), "/s", "q=1");
+        assert_eq!(
+            (ex.path.as_deref(), ex.query.as_deref()),
+            (path, query),
+            "{filters}"
+        );
+        assert_eq!(
+            ex.rewritten(),
+            path.is_some() || query.is_some(),
+            "{filters}"
+        );
     }
+    // A request without a query keeps its own target through `stripQuery`.
+    let ex = run(r#"r: * -> stripQuery() -> <shunt>;"#, "/s", "");
+    assert!(!ex.rewritten());
     let t = table(
         r#"r: * -> setRequestHeader("X-P", "${request.path}?${request.rawQuery}") -> <shunt>;"#,
     );
     let route = t.routes().iter().find(|r| r.id == "r").expect("route r");
-    let uri: http::Uri = "/some/path?q=1".parse().expect("uri");
-    let mut ex = Exchange::for_request(&uri, route.filters_read_target);
+    let mut ex = Exchange::default();
     let headers = HeaderMap::new();
-    on_request(&route.filters, &mut ex, &info(&headers, "/some/path"));
+    let req = RequestInfo {
+        query: "q=1",
+        ..info(&headers, "/some/path")
+    };
+    on_request(&route.filters, &mut ex, &req);
     match ex.edits.as_slice() {
         [values::HeaderEdit::Set(name, v)] => {
             assert_eq!(
@@ -728,4 +759,26 @@ fn only_filters_that_read_the_target_make_the_exchange_copy_it() {
         }
         other => panic!("one Set edit, not {other:?}"),
     }
+}
+
+/// A route that only changes the query holds no copy of the path: its backend gets
+/// the request's own path, escapes as they came, and the query as Go re-encodes it.
+#[test]
+fn a_query_filter_sends_the_request_s_own_path() {
+    let t = table(r#"r: * -> setQuery("lang", "pt") -> dropQuery("x") -> <shunt>;"#);
+    let route = t.routes().iter().find(|r| r.id == "r").expect("route r");
+    let uri: http::Uri = "/caf%C3%A9/a%2Fb?x=9&b=2&a=1".parse().expect("uri");
+    let mut ex = Exchange::default();
+    let headers = HeaderMap::new();
+    let req = RequestInfo {
+        path: uri.path(),
+        query: uri.query().unwrap_or(""),
+        ..info(&headers, "/café/a/b")
+    };
+    on_request(&route.filters, &mut ex, &req);
+    assert_eq!(ex.path, None, "no copy of the path");
+    assert_eq!(
+        ex.target(uri).map(|t| t.to_string()).as_deref(),
+        Some("/caf%C3%A9/a%2Fb?a=1&b=2&lang=pt")
+    );
 }
