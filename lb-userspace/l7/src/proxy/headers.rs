@@ -20,6 +20,31 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
+/// [`HOP_BY_HOP`] as names, for removing them.
+static HOP_BY_HOP_NAMES: [HeaderName; HOP_BY_HOP.len()] = [
+    HeaderName::from_static(HOP_BY_HOP[0]),
+    HeaderName::from_static(HOP_BY_HOP[1]),
+    HeaderName::from_static(HOP_BY_HOP[2]),
+    HeaderName::from_static(HOP_BY_HOP[3]),
+    HeaderName::from_static(HOP_BY_HOP[4]),
+    HeaderName::from_static(HOP_BY_HOP[5]),
+    HeaderName::from_static(HOP_BY_HOP[6]),
+    HeaderName::from_static(HOP_BY_HOP[7]),
+    HeaderName::from_static(HOP_BY_HOP[8]),
+];
+
+/// Bit `n` is set when a name of [`HOP_BY_HOP`] is `n` bytes long: most fields of a
+/// head are told apart by their length alone, before any text is compared.
+const HOP_BY_HOP_LENGTHS: u32 = {
+    let mut bits = 0u32;
+    let mut i = 0;
+    while i < HOP_BY_HOP.len() {
+        bits |= 1 << HOP_BY_HOP[i].len();
+        i += 1;
+    }
+    bits
+};
+
 /// Removes hop-by-hop headers and those the Connection header names; `Upgrade` too
 /// (the proxy does not tunnel protocol upgrades). The Host is never removed, whatever
 /// Connection lists: a client must not be able to take from the backend the Host
@@ -56,23 +81,33 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
-    // Each name at most once (the map's keys are distinct), so they all fit.
-    let mut present: [Option<HeaderName>; HOP_BY_HOP.len()] = Default::default();
-    let mut n = 0;
+    // One bit per name of the list the head has (the map's keys are distinct).
+    let mut present = 0u16;
     for name in headers.keys() {
-        if n < present.len() && is_hop_by_hop(name) {
-            present[n] = Some(name.clone());
-            n += 1;
+        if let Some(i) = hop_by_hop_index(name) {
+            present |= 1 << i;
         }
     }
-    for name in present.into_iter().flatten() {
-        headers.remove(name);
+    while present != 0 {
+        let i = present.trailing_zeros() as usize;
+        present &= present - 1;
+        headers.remove(&HOP_BY_HOP_NAMES[i]);
     }
 }
 
+/// Where `name` is in [`HOP_BY_HOP`], if it is there.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    let name = name.as_str();
+    if name.len() >= 32 || HOP_BY_HOP_LENGTHS & (1 << name.len()) == 0 {
+        return None;
+    }
+    HOP_BY_HOP.iter().position(|n| *n == name)
+}
+
 /// Whether `name` is one of [`HOP_BY_HOP`].
+#[cfg(test)]
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
+    hop_by_hop_index(name).is_some()
 }
 
 /// Whether a name Connection lists is one [`strip_hop_by_hop`] removes in any case.
@@ -208,11 +243,15 @@ mod tests {
         ] {
             assert!(is_hop_by_hop(&name), "{name}");
         }
+        // Some as long as one of the list (10 and 17 bytes), some of no such length.
         for name in [
             header::HOST,
             header::CONTENT_LENGTH,
             header::DATE,
             header::ETAG,
+            header::USER_AGENT,
+            HeaderName::from_static("x-forwarded-proto"),
+            HeaderName::from_static("x-a-name-longer-than-thirty-two-bytes"),
         ] {
             assert!(!is_hop_by_hop(&name), "{name}");
         }
