@@ -71,7 +71,7 @@ pub const MAX_IDLE: usize = 256;
 const SWEEP_EVERY: Duration = Duration::from_secs(15);
 
 struct Idle {
-    conn: Conn,
+    conn: Box<Conn>,
     since: Instant,
 }
 
@@ -237,7 +237,7 @@ pub async fn send(
 
 /// The most recently used idle connection to `addr` that is still usable and not
 /// idle for too long.
-fn take(addr: SocketAddr) -> Option<Conn> {
+fn take(addr: SocketAddr) -> Option<Box<Conn>> {
     IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
         let list = idle.get_mut(&addr)?;
@@ -252,7 +252,7 @@ fn take(addr: SocketAddr) -> Option<Conn> {
 
 /// Puts a connection whose response has been read to its end back into this
 /// worker's pool (or closes it, with [`MAX_IDLE`] already there).
-fn release(conn: Conn) {
+fn release(conn: Box<Conn>) {
     // After the worker's thread-locals are gone (its runtime shutting down) the
     // connection just closes.
     let _ = IDLE.try_with(|idle| {

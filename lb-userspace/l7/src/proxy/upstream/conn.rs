@@ -58,7 +58,9 @@ const MAX_READ_SIZE: usize = 64 * 1024;
 /// Free bytes below which the read buffer is grown (or reclaimed) before a read.
 const MIN_SPARE: usize = 4 * 1024;
 
-/// A connection to a backend.
+/// A connection to a backend. Always boxed (one allocation per connection, not per
+/// request): it moves from the pool into a request, into that response's body and
+/// back with every request, and as a value each of those moves copied all of it.
 #[derive(Debug)]
 pub(crate) struct Conn {
     stream: TcpStream,
@@ -83,7 +85,7 @@ impl Conn {
         addr: SocketAddr,
         timeout: Duration,
         until: Instant,
-    ) -> Result<Self, SendError> {
+    ) -> Result<Box<Self>, SendError> {
         let by = super::deadline(timeout);
         let (by, late) = if until < by {
             (until, SendError::Timeout)
@@ -95,14 +97,14 @@ impl Conn {
             .map_err(|_| late)?
             .map_err(SendError::Connect)?;
         stream.set_nodelay(true).map_err(SendError::Connect)?;
-        Ok(Self {
+        Ok(Box::new(Self {
             stream,
             addr,
             rbuf: BytesMut::with_capacity(READ_SIZE),
             read_size: READ_SIZE,
             wbuf: Vec::with_capacity(1024),
             deadline: Box::pin(tokio::time::sleep_until(until)),
-        })
+        }))
     }
 
     pub(crate) fn addr(&self) -> SocketAddr {
@@ -128,7 +130,7 @@ impl Conn {
     /// See [`ClientError`] ([`ClientError::TimedOut`] past `until`); the connection
     /// is closed.
     pub(crate) async fn send(
-        mut self,
+        mut self: Box<Self>,
         req: Request<UpBody>,
         until: Instant,
     ) -> Result<Response<ResponseBody>, ClientError> {
@@ -247,7 +249,7 @@ impl Conn {
     }
 
     /// Puts the connection back into its worker's pool.
-    fn release(self) {
+    fn release(self: Box<Self>) {
         super::release(self);
     }
 }
@@ -283,7 +285,7 @@ impl Kind {
 #[derive(Debug)]
 pub struct ResponseBody {
     /// `None` once given back or closed.
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     /// The request, while its body is still being written.
     writer: Option<Box<Writer>>,
     kind: Kind,
