@@ -54,13 +54,26 @@ const HOP_BY_HOP_LENGTHS: u32 = {
 /// looks before it removes: a name Connection lists is made only when the head has
 /// such a header (a backend's `Connection: keep-alive` would otherwise make, and
 /// allocate, a `keep-alive` name per response), and one pass over the head's names
-/// finds the hop-by-hop ones, instead of a hashed removal of each of the nine (Upgrade with them).
+/// finds the hop-by-hop ones, instead of a hashed removal of each of the nine (Upgrade
+/// with them); a head without any is left after that pass, and Connection's values
+/// are read only when the pass found it.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One bit per name of the list the head has (the map's keys are distinct).
+    let mut present = 0u16;
+    for name in headers.keys() {
+        if let Some(i) = hop_by_hop_index(name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
     // Names listed in Connection are removed first, while it is still there. A
-    // listed name that is hop-by-hop anyway goes in the pass below, so the usual
-    // `Connection: keep-alive` costs no name parsed, no lookup and no list. (`close`
-    // is looked up: a field named Close, which RFC 9110 reserves, goes with it.)
-    if headers.contains_key(header::CONNECTION) {
+    // listed name that is hop-by-hop anyway goes with the others below, so the
+    // usual `Connection: keep-alive` costs no name parsed, no lookup and no list.
+    // (`close` is looked up: a field named Close, which RFC 9110 reserves, goes
+    // with it.)
+    if present & 1 << CONNECTION_INDEX != 0 {
         let mut listed: Vec<HeaderName> = Vec::new();
         for value in headers.get_all(header::CONNECTION) {
             let Ok(value) = value.to_str() else {
@@ -81,19 +94,19 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
-    // One bit per name of the list the head has (the map's keys are distinct).
-    let mut present = 0u16;
-    for name in headers.keys() {
-        if let Some(i) = hop_by_hop_index(name) {
-            present |= 1 << i;
-        }
-    }
     while present != 0 {
         let i = present.trailing_zeros() as usize;
         present &= present - 1;
         headers.remove(&HOP_BY_HOP_NAMES[i]);
     }
 }
+
+/// Where Connection is in [`HOP_BY_HOP`].
+const CONNECTION_INDEX: usize = 0;
+const _: () = assert!(matches!(
+    HOP_BY_HOP[CONNECTION_INDEX].as_bytes(),
+    b"connection"
+));
 
 /// Where `name` is in [`HOP_BY_HOP`], if it is there.
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
