@@ -8,19 +8,19 @@ use std::{
         Arc,
         atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use super::{Shared, pending::Ticket};
+use super::{Shared, coarse, pending::Ticket};
 
 /// Requests running on one connection and when the last one ended, for the idle
 /// timeout (a connection with a request in flight is never idle); whether it drains.
 #[derive(Debug)]
 pub struct Activity {
     active: AtomicU32,
-    /// Milliseconds since `epoch` at the last request end.
+    /// The [`coarse`] clock in milliseconds at the last request end (at the
+    /// connection's start before its first).
     last: AtomicU64,
-    epoch: Instant,
     /// A request head has been complete (the connection left [`Pending`]).
     seen: AtomicBool,
     /// The connection speaks HTTP/2.
@@ -33,8 +33,7 @@ impl Activity {
     pub(super) fn new(pending: Option<(Arc<Shared>, Ticket)>) -> Self {
         Self {
             active: AtomicU32::new(0),
-            last: AtomicU64::new(0),
-            epoch: Instant::now(),
+            last: AtomicU64::new(millis(coarse::now())),
             seen: AtomicBool::new(false),
             h2: AtomicBool::new(false),
             draining: AtomicBool::new(false),
@@ -69,8 +68,7 @@ impl Activity {
 
     /// A request's response ended (or was abandoned).
     pub fn request_done(&self) {
-        self.last
-            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.last.store(millis(coarse::now()), Ordering::Relaxed);
         self.active.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -80,7 +78,7 @@ impl Activity {
             return None;
         }
         let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
-        Some(self.epoch.elapsed().saturating_sub(last))
+        Some(coarse::now().saturating_sub(last))
     }
 
     /// The connection starts draining; returns whether it speaks HTTP/2 (then GOAWAY
@@ -96,4 +94,9 @@ impl Activity {
             shared.connections.pending.leave(ticket);
         }
     }
+}
+
+/// `t` in whole milliseconds (a clock since boot stays far below `u64::MAX` ms).
+fn millis(t: Duration) -> u64 {
+    u64::try_from(t.as_millis()).unwrap_or(u64::MAX)
 }

@@ -73,6 +73,9 @@ pub(super) struct Outgoing<'a> {
     /// The client's address as an X-Forwarded-For value ([`headers::Peer`]).
     pub client: &'a HeaderValue,
     pub now: SystemTime,
+    /// When the request's handling started: the first attempt's response-head
+    /// deadline counts from it (microseconds before the send, one clock read less).
+    pub started: Instant,
 }
 
 /// Sends the request to the pool's pick; when connecting fails and the request may
@@ -89,6 +92,7 @@ pub(super) async fn forward(
         key,
         client,
         now,
+        started,
     } = out;
     let http::request::Parts {
         method,
@@ -118,7 +122,9 @@ pub(super) async fn forward(
     });
     let host = upstream_head(&mut headers, &uri, ex, client, bodiless);
     // skipper's `backendTimeout` is one deadline for every attempt.
-    let deadline = ex.backend_timeout.map(|d| Instant::now() + d);
+    let deadline = ex
+        .backend_timeout
+        .map(|d| upstream::deadline_from(started.into(), d).into_std());
     let mut path_and_query = Some(ex.target(uri).ok_or(Failure::Internal)?);
     let mut last = Failure::Unreachable;
     for attempt in 0..attempts {
@@ -182,8 +188,17 @@ pub(super) async fn forward(
         // (`upstream` module docs); hyper-util's client gets a timer of its own.
         let sent = if let Some(addr) = direct {
             // `backendTimeout`'s deadline as it is, not rebuilt from what is left.
-            let until =
-                deadline.map_or_else(|| upstream::deadline(limit), tokio::time::Instant::from_std);
+            let until = deadline.map_or_else(
+                || {
+                    let from = if attempt == 0 {
+                        started
+                    } else {
+                        Instant::now()
+                    };
+                    upstream::deadline_from(from.into(), limit)
+                },
+                tokio::time::Instant::from_std,
+            );
             match upstream::send(addr, state.shared.limits.connect_timeout, until, req).await {
                 Err(upstream::SendError::Timeout) => Err(()),
                 sent => Ok(sent.map_err(SendFailure::Pooled)),

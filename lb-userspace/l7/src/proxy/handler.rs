@@ -157,6 +157,7 @@ impl ServiceState {
                     key,
                     client: &client.forwarded,
                     now: time,
+                    started,
                 };
                 match forward(self, pool, out).await {
                     Ok((r, inflight)) => (r.map(Out::Upstream), Some(inflight), true),

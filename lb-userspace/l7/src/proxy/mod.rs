@@ -11,6 +11,7 @@
 mod activity;
 mod apply;
 mod body;
+mod coarse;
 mod failure;
 pub(crate) mod forward;
 mod handler;

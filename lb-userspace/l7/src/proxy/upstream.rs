@@ -48,7 +48,7 @@ use std::{
     net::SocketAddr,
     pin::Pin,
     task::{Context, Poll},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -58,7 +58,7 @@ use hyper::body::Incoming;
 
 pub(crate) use error::ClientError;
 
-use super::body::UpBody;
+use super::{body::UpBody, coarse};
 use conn::{Conn, ResponseBody};
 
 /// How long a connection may stay idle in the pool.
@@ -72,7 +72,16 @@ const SWEEP_EVERY: Duration = Duration::from_secs(15);
 
 struct Idle {
     conn: Box<Conn>,
-    since: Instant,
+    /// When it came back, by the [`coarse`] clock: two fine clock reads per request
+    /// (one to give back, one to take) were a measurable part of a request's cost.
+    since: Duration,
+}
+
+impl Idle {
+    /// Not idle for too long, and not closed or sent anything by the backend.
+    fn usable(&self, now: Duration) -> bool {
+        now.saturating_sub(self.since) < IDLE_TIMEOUT && self.conn.is_usable()
+    }
 }
 
 /// The idle lists by backend address. The addresses are the configuration's own
@@ -202,9 +211,14 @@ pub enum SendError {
 /// The instant `after` from now; for an absurd `after` (past what `Instant` holds),
 /// a year from now, which no response head waits for in practice.
 pub fn deadline(after: Duration) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    now.checked_add(after)
-        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+    deadline_from(tokio::time::Instant::now(), after)
+}
+
+/// The instant `after` from `start`, as [`deadline`] counts it.
+pub fn deadline_from(start: tokio::time::Instant, after: Duration) -> tokio::time::Instant {
+    start
+        .checked_add(after)
+        .unwrap_or_else(|| start + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// Sends `req` (origin-form target, Host set) to the backend at `addr`: on an idle
@@ -241,8 +255,9 @@ fn take(addr: SocketAddr) -> Option<Box<Conn>> {
     IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
         let list = idle.get_mut(&addr)?;
+        let now = coarse::now();
         while let Some(i) = list.pop() {
-            if i.since.elapsed() < IDLE_TIMEOUT && i.conn.is_usable() {
+            if i.usable(now) {
                 return Some(i.conn);
             }
         }
@@ -261,7 +276,7 @@ fn release(conn: Box<Conn>) {
         if list.len() < MAX_IDLE {
             list.push(Idle {
                 conn,
-                since: Instant::now(),
+                since: coarse::now(),
             });
         }
     });
@@ -285,8 +300,9 @@ fn start_sweeping() {
 fn sweep() {
     IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
+        let now = coarse::now();
         idle.retain(|_, list| {
-            list.retain(|i| i.since.elapsed() < IDLE_TIMEOUT && i.conn.is_usable());
+            list.retain(|i| i.usable(now));
             !list.is_empty()
         });
     });
