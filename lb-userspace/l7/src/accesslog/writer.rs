@@ -1,12 +1,22 @@
-//! Where lines go: rendered on the request's thread into a thread-local buffer,
-//! appended to a shared buffer, and written out by [`AccessLog::flush`] (every 100 ms
-//! from the proxy, and at shutdown, so no line is lost on a clean stop).
+//! Where lines go: rendered on the request's thread straight into that thread's own
+//! buffer of the log (a [`Shard`]), and written out by [`AccessLog::flush`] (every
+//! 100 ms from the proxy, and at shutdown, so no line is lost on a clean stop).
+//!
+//! Why a buffer per thread: one buffer shared by the proxy's workers was a lock and a
+//! line counter that every logged request of every worker wrote, so their cache line
+//! moved between cores on every request, and each line was rendered once into a
+//! scratch buffer and copied again under that lock. A thread's shard is locked only
+//! by that thread and, every 100 ms, by the flush.
+//!
+//! Order: one thread's lines are written in the order it logged them. Lines of
+//! different threads within one flush interval are written one thread's after
+//! another's, as nginx's buffered logs of several workers are.
 
 use std::{
     cell::RefCell,
     io::Write,
     sync::{
-        Mutex, PoisonError,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -14,16 +24,45 @@ use std::{
 use super::render::{Entry, QueryPolicy, Renderer};
 pub use lb_model::config::AccessLogConfig;
 
-thread_local! {
-    static SCRATCH: RefCell<(Renderer, Vec<u8>)> = RefCell::new((Renderer::default(), Vec::with_capacity(512)));
+/// Bytes a thread's buffer starts with: about 300 lines, which a worker at 60,000
+/// logged requests a second writes in half of the flush interval.
+const SHARD_CAPACITY: usize = 64 * 1024;
+
+/// One thread's lines since the last flush, and how many it has logged in all.
+#[derive(Debug, Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    lines: u64,
 }
+
+/// One thread's buffer of one log.
+type Shard = Mutex<Pending>;
+
+/// Each thread's renderer and its shards, one per log it has written to (normally
+/// one), found by the log's [`AccessLog::id`].
+#[derive(Default)]
+struct Scratch {
+    renderer: Renderer,
+    shards: Vec<(u64, Arc<Shard>)>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The output, and one spare buffer per shard that the flush swaps in.
+type Sink = (Box<dyn Write + Send>, Vec<Vec<u8>>);
+
+/// Numbers the logs of this process, so a thread tells its shards apart.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// An open access log.
 pub struct AccessLog {
     settings: AccessLogConfig,
-    pending: Mutex<Vec<u8>>,
-    sink: Mutex<(Box<dyn Write + Send>, Vec<u8>)>,
-    lines: AtomicU64,
+    id: u64,
+    /// Every thread's shard, in the order the threads first logged.
+    shards: Mutex<Vec<Arc<Shard>>>,
+    sink: Mutex<Sink>,
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -57,9 +96,9 @@ impl AccessLog {
     pub fn with_sink(settings: AccessLogConfig, sink: Box<dyn Write + Send>) -> Self {
         Self {
             settings,
-            pending: Mutex::new(Vec::with_capacity(64 * 1024)),
-            sink: Mutex::new((sink, Vec::with_capacity(64 * 1024))),
-            lines: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            shards: Mutex::new(Vec::new()),
+            sink: Mutex::new((sink, Vec::new())),
         }
     }
 
@@ -70,47 +109,84 @@ impl AccessLog {
 
     /// Lines logged so far.
     pub fn lines(&self) -> u64 {
-        self.lines.load(Ordering::Relaxed)
+        let shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
+        shards.iter().map(|s| lock(s).lines).sum()
     }
 
     /// Logs one request (the caller has decided it is to be logged).
     pub fn log(&self, entry: &Entry<'_>, mask: &[String]) {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
-            let (renderer, buf) = &mut *s;
-            buf.clear();
+            let Scratch { renderer, shards } = &mut *s;
+            let shard = match shards.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => &shards[i].1,
+                None => self.new_shard(shards),
+            };
             let q = QueryPolicy {
                 strip: self.settings.strip_query,
                 mask,
             };
-            renderer.render(self.settings.format, entry, q, buf);
-            self.pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend_from_slice(buf);
+            let mut pending = lock(shard);
+            renderer.render(self.settings.format, entry, q, &mut pending.bytes);
+            pending.lines += 1;
         });
-        self.lines.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Writes out what is pending. The pending buffer is swapped with the sink's spare,
-    /// so requests never wait for the write.
+    /// This thread's first line of this log: a shard for it, registered with the
+    /// log. Shards of logs since dropped (only this thread holds them) are forgotten.
+    fn new_shard<'a>(&self, shards: &'a mut Vec<(u64, Arc<Shard>)>) -> &'a Arc<Shard> {
+        shards.retain(|(_, s)| Arc::strong_count(s) > 1);
+        let shard = Arc::new(Mutex::new(Pending {
+            bytes: Vec::with_capacity(SHARD_CAPACITY),
+            lines: 0,
+        }));
+        self.shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&shard));
+        shards.push((self.id, shard));
+        &shards[shards.len() - 1].1
+    }
+
+    /// Writes out what is pending. Each shard's buffer is swapped with a spare, so
+    /// requests never wait for the write.
     ///
     /// # Errors
-    /// The output's write error (the lines are dropped, not retried forever).
+    /// The output's first write error (the lines are dropped, not retried forever).
     pub fn flush(&self) -> std::io::Result<()> {
         let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
-        let (out, spare) = &mut *sink;
+        let (out, spares) = &mut *sink;
         {
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            if pending.is_empty() {
-                return Ok(());
+            // Lock order: the sink, the list, a shard (a request takes only its shard).
+            let shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
+            if spares.len() < shards.len() {
+                spares.resize_with(shards.len(), || Vec::with_capacity(SHARD_CAPACITY));
             }
-            std::mem::swap(&mut *pending, spare);
+            for (shard, spare) in shards.iter().zip(spares.iter_mut()) {
+                let mut pending = lock(shard);
+                if !pending.bytes.is_empty() {
+                    std::mem::swap(&mut pending.bytes, spare);
+                }
+            }
         }
-        let result = out.write_all(spare).and_then(|()| out.flush());
-        spare.clear();
+        let mut result = Ok(());
+        let mut wrote = false;
+        for spare in spares.iter_mut().filter(|s| !s.is_empty()) {
+            if result.is_ok() {
+                result = out.write_all(spare);
+                wrote = true;
+            }
+            spare.clear();
+        }
+        if wrote && result.is_ok() {
+            result = out.flush();
+        }
         result
     }
+}
+
+fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, Pending> {
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Drop for AccessLog {

@@ -126,7 +126,7 @@ impl ServiceState {
                 trusted,
                 time,
                 StatusCode::OK,
-                Some(Arc::clone(&route.mask_query)),
+                Some(&route.mask_query),
             )
         } else {
             None
@@ -224,63 +224,18 @@ impl ServiceState {
         trusted: bool,
         time: SystemTime,
         status: StatusCode,
-        mask: Option<Arc<[String]>>,
+        mask: Option<&Arc<[String]>>,
     ) -> Option<Box<LogRecord>> {
         let log = self.shared.access_log.as_ref()?;
-        let fields = LoggedFields::of(&parts.headers, trusted);
-        Some(LogRecord::boxed(LogRecord {
-            log: Arc::clone(log),
-            mask: mask.unwrap_or_else(|| Arc::from(Vec::new())),
-            peer: peer.ip(),
-            forwarded_for: fields.forwarded_for,
-            time,
-            method: parts.method.clone(),
-            uri: parts.uri.clone(),
-            filtered_query: None,
-            version: parts.version,
-            status: status.as_u16(),
-            referer: fields.referer,
-            user_agent: fields.user_agent,
-            host: fields.host,
-            flow_id: fields.flow_id,
-            audit: fields.audit,
-        }))
-    }
-}
-
-/// The request headers an access-log line shows, each its first value.
-#[derive(Default)]
-struct LoggedFields {
-    forwarded_for: Option<HeaderValue>,
-    referer: Option<HeaderValue>,
-    user_agent: Option<HeaderValue>,
-    host: Option<HeaderValue>,
-    flow_id: Option<HeaderValue>,
-    audit: Option<HeaderValue>,
-}
-
-impl LoggedFields {
-    /// Found in one pass over the head's fields, each name matched once by its text:
-    /// six hashed lookups cost about 600 instructions per logged request. Only a
-    /// trusted proxy tells us who the client is (X-Forwarded-For).
-    fn of(headers: &http::HeaderMap, trusted: bool) -> Self {
-        let mut f = Self::default();
-        for (name, value) in headers {
-            let slot = match name.as_str() {
-                "referer" => &mut f.referer,
-                "user-agent" => &mut f.user_agent,
-                "host" => &mut f.host,
-                "x-flow-id" => &mut f.flow_id,
-                "x-unverified-audit" => &mut f.audit,
-                "x-forwarded-for" if trusted => &mut f.forwarded_for,
-                _ => continue,
-            };
-            // A name's values come in order: the first one is what a lookup gives.
-            if slot.is_none() {
-                *slot = Some(value.clone());
-            }
-        }
-        f
+        let mut r = LogRecord::start(log, mask);
+        r.peer = peer.ip();
+        r.time = time;
+        r.method = parts.method.clone();
+        r.uri = parts.uri.clone();
+        r.version = parts.version;
+        r.status = status.as_u16();
+        r.take_headers(&parts.headers, trusted);
+        Some(r)
     }
 }
 
@@ -323,44 +278,4 @@ fn finished(mut response: Response<Out>, finish: Finish, version: Version) -> Re
         Out::Inline(bytes) => ProxyBody::full(bytes, finish),
         Out::Upstream(incoming) => ProxyBody::upstream(incoming, deadline, finish),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{LoggedFields, body};
-    use http::{HeaderMap, HeaderValue, header};
-
-    #[test]
-    fn a_log_line_takes_each_shown_header_at_its_first_value() {
-        let mut h = HeaderMap::new();
-        let v = HeaderValue::from_static;
-        h.append(header::USER_AGENT, v("first-agent"));
-        h.append(header::USER_AGENT, v("second-agent"));
-        h.insert(header::HOST, v("public.example"));
-        h.insert(header::REFERER, v("https://from.example/"));
-        h.insert(body::FLOW_ID.clone(), v("F1"));
-        h.insert(body::AUDIT.clone(), v("A1"));
-        h.append(body::FORWARDED_FOR, v("198.18.0.9"));
-        h.append(body::FORWARDED_FOR, v("198.18.0.8"));
-        h.insert("x-other", v("not shown"));
-        let f = LoggedFields::of(&h, true);
-        let shown =
-            |o: &Option<HeaderValue>| o.as_ref().map(|v| v.to_str().expect("text").to_owned());
-        assert_eq!(shown(&f.user_agent).as_deref(), Some("first-agent"));
-        assert_eq!(shown(&f.host).as_deref(), Some("public.example"));
-        assert_eq!(shown(&f.referer).as_deref(), Some("https://from.example/"));
-        assert_eq!(shown(&f.flow_id).as_deref(), Some("F1"));
-        assert_eq!(shown(&f.audit).as_deref(), Some("A1"));
-        assert_eq!(shown(&f.forwarded_for).as_deref(), Some("198.18.0.9"));
-        let untrusted = LoggedFields::of(&h, false);
-        assert!(
-            untrusted.forwarded_for.is_none(),
-            "only a trusted proxy says who the client is"
-        );
-        assert!(
-            LoggedFields::of(&HeaderMap::new(), true)
-                .user_agent
-                .is_none()
-        );
-    }
 }
