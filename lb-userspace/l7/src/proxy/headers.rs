@@ -123,9 +123,12 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     hop_by_hop_index(name).is_some()
 }
 
-/// Whether a name Connection lists is one [`strip_hop_by_hop`] removes in any case.
+/// Whether a name Connection lists is one [`strip_hop_by_hop`] removes in any case
+/// (told apart by its length first, as [`hop_by_hop_index`] does).
 fn goes_anyway(token: &str) -> bool {
-    HOP_BY_HOP.iter().any(|n| n.eq_ignore_ascii_case(token))
+    token.len() < 32
+        && HOP_BY_HOP_LENGTHS & (1 << token.len()) != 0
+        && HOP_BY_HOP.iter().any(|n| n.eq_ignore_ascii_case(token))
 }
 
 /// A client connection's address, with its X-Forwarded-For value.
@@ -169,29 +172,41 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 
 /// Appends `client` (see [`client_value`]) to X-Forwarded-For (one header,
 /// comma-joined) and sets X-Forwarded-Proto unless a trusted hop before us set it.
+/// Each name is hashed and looked up once (its entry): a lookup, an insert and a
+/// membership test per name were about 500 instructions per request more.
 pub fn add_forwarded(headers: &mut HeaderMap, client: &HeaderValue, proto: &'static str) {
-    let xff = X_FORWARDED_FOR;
-    let before = || headers.get_all(&xff).iter().filter(|v| v.to_str().is_ok());
-    let len: usize = before().map(|v| v.len() + 2).sum();
-    let value = if len == 0 {
-        Ok(client.clone())
-    } else {
-        // Sized exactly: a vector whose length is its capacity becomes the header's
-        // bytes without a second allocation.
-        let mut value = Vec::with_capacity(len + client.len());
-        for v in before() {
-            value.extend_from_slice(v.as_bytes());
-            value.extend_from_slice(b", ");
+    use http::header::Entry;
+    match headers.entry(X_FORWARDED_FOR) {
+        Entry::Vacant(e) => {
+            e.insert(client.clone());
         }
-        value.extend_from_slice(client.as_bytes());
-        HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
-    };
-    if let Ok(value) = value {
-        headers.insert(xff, value);
+        Entry::Occupied(mut e) => {
+            let len: usize = e
+                .iter()
+                .filter(|v| v.to_str().is_ok())
+                .map(|v| v.len() + 2)
+                .sum();
+            let value = if len == 0 {
+                Ok(client.clone())
+            } else {
+                // Sized exactly: a vector whose length is its capacity becomes the
+                // header's bytes without a second allocation.
+                let mut value = Vec::with_capacity(len + client.len());
+                for v in e.iter().filter(|v| v.to_str().is_ok()) {
+                    value.extend_from_slice(v.as_bytes());
+                    value.extend_from_slice(b", ");
+                }
+                value.extend_from_slice(client.as_bytes());
+                HeaderValue::from_maybe_shared(bytes::Bytes::from(value))
+            };
+            // The joined value replaces every one it joined.
+            if let Ok(value) = value {
+                e.insert(value);
+            }
+        }
     }
-    let proto_name = X_FORWARDED_PROTO;
-    if !headers.contains_key(&proto_name) {
-        headers.insert(proto_name, HeaderValue::from_static(proto));
+    if let Entry::Vacant(e) = headers.entry(X_FORWARDED_PROTO) {
+        e.insert(HeaderValue::from_static(proto));
     }
 }
 
@@ -308,5 +323,25 @@ mod tests {
         assert_eq!(h["x-forwarded-proto"], "https");
         let longest = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
         assert_eq!(client(longest), longest);
+    }
+
+    /// A value that is not text is not joined, and goes with the ones joined: the
+    /// backend gets one X-Forwarded-For.
+    #[test]
+    fn forwarded_for_leaves_out_values_that_are_not_text() {
+        let odd = HeaderValue::from_bytes(b"caf\xc3\xa9").expect("obs-text is a valid value");
+        let client = client_value("198.18.0.1".parse().expect("ip"));
+        let mut h = HeaderMap::new();
+        h.append(X_FORWARDED_FOR, odd.clone());
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("198.18.0.7"));
+        add_forwarded(&mut h, &client, "http");
+        let all: Vec<&HeaderValue> = h.get_all(X_FORWARDED_FOR).iter().collect();
+        assert_eq!(all, ["198.18.0.7, 198.18.0.1"]);
+        let mut only_odd = HeaderMap::new();
+        only_odd.append(X_FORWARDED_FOR, odd);
+        add_forwarded(&mut only_odd, &client, "https");
+        let all: Vec<&HeaderValue> = only_odd.get_all(X_FORWARDED_FOR).iter().collect();
+        assert_eq!(all, ["198.18.0.1"]);
+        assert_eq!(only_odd["x-forwarded-proto"], "https");
     }
 }
