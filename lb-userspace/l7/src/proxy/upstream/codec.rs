@@ -139,13 +139,70 @@ struct Span {
     value: (usize, usize),
 }
 
+/// What [`parse_head`] reuses from one response to the next, per worker, not per
+/// connection, so a connection (moved into every response body) stays small.
+#[derive(Default)]
+struct Scratch {
+    /// Where the fields are, noted between parsing the head and splitting it off the
+    /// buffer: an array for [`MAX_HEADERS`] on the stack was 3.2 KB to zero for every
+    /// response (a tenth of the proxy's instructions per request).
+    spans: Vec<Span>,
+    /// The names of the last heads' fields by position ([`Names`]).
+    names: Names,
+}
+
 thread_local! {
-    /// Where [`parse_head`] notes the fields' places between parsing the head and
-    /// splitting it off the buffer, reused by every parse of the worker: an array for
-    /// [`MAX_HEADERS`] on the stack was 3.2 KB to zero for every response (a tenth of
-    /// the proxy's instructions per request). Per worker, not per connection, so a
-    /// connection (moved into every response body) stays small.
-    static SPANS: std::cell::RefCell<Vec<Span>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// The longest name [`Names`] keeps.
+const CACHED_NAME_MAX: usize = 32;
+
+/// How many of a head's first fields [`Names`] keeps names for.
+const CACHED_NAMES: usize = 32;
+
+/// The header names of the fields a worker's last responses had at each position, as
+/// the backend spelled them and as parsed. A backend answers with the same fields in
+/// the same order response after response (Server, Date, Content-Type, …), so the
+/// name at a position is usually the one before: a byte comparison then stands in
+/// for parsing the name (lower-casing it and matching it against the standard names,
+/// ~100 instructions a field), and a name that is not a standard one is not
+/// allocated again. A different name at a position replaces the one kept there.
+#[derive(Default)]
+struct Names(Vec<CachedName>);
+
+struct CachedName {
+    raw: [u8; CACHED_NAME_MAX],
+    len: u8,
+    name: HeaderName,
+}
+
+impl Names {
+    /// The name of the field at `position` whose text is `raw`.
+    fn get(&mut self, position: usize, raw: &[u8]) -> Result<HeaderName, Malformed> {
+        if let Some(c) = self.0.get(position)
+            && c.raw.get(..usize::from(c.len)) == Some(raw)
+        {
+            return Ok(c.name.clone());
+        }
+        let name = HeaderName::from_bytes(raw).map_err(|_| Malformed::Header("name"))?;
+        if raw.len() <= CACHED_NAME_MAX && position < CACHED_NAMES {
+            let mut cached = CachedName {
+                raw: [0; CACHED_NAME_MAX],
+                len: raw.len() as u8,
+                name: name.clone(),
+            };
+            cached.raw[..raw.len()].copy_from_slice(raw);
+            let kept = self.0.len();
+            match self.0.get_mut(position) {
+                Some(c) => *c = cached,
+                // Positions fill in order: one past the end is the next.
+                None if position == kept => self.0.push(cached),
+                None => {}
+            }
+        }
+        Ok(name)
+    }
 }
 
 /// Parses the response head at the start of `buf`, skipping informational (1xx,
@@ -161,7 +218,7 @@ pub(crate) fn parse_head(
     headers: &mut HeaderMap,
 ) -> Result<Option<Head>, Malformed> {
     loop {
-        let parsed = SPANS.with_borrow_mut(|spans| parse_one(buf, method, headers, spans));
+        let parsed = SCRATCH.with_borrow_mut(|s| parse_one(buf, method, headers, s));
         let Some(head) = parsed? else {
             return Ok(None);
         };
@@ -176,8 +233,9 @@ fn parse_one(
     buf: &mut BytesMut,
     method: &Method,
     headers: &mut HeaderMap,
-    spans: &mut Vec<Span>,
+    scratch: &mut Scratch,
 ) -> Result<Option<Option<Head>>, Malformed> {
+    let Scratch { spans, names } = scratch;
     // Never more than MAX_HEAD bytes: a head is refused at the same byte however the
     // bytes arrived (whole, or in pieces).
     let view = &buf[..buf.len().min(MAX_HEAD)];
@@ -232,7 +290,7 @@ fn parse_one(
     if !headers.is_empty() {
         headers.clear();
     }
-    let seen = fill(headers, &bytes, spans, version)?;
+    let seen = fill(headers, &bytes, spans, names, version)?;
     let framing = framing(status, version, method, &seen)?;
     let keep_alive = seen.keep_alive && framing != Framing::Close && !upgrade(status, method);
     let reason =
@@ -263,6 +321,7 @@ fn fill(
     headers: &mut HeaderMap,
     bytes: &Bytes,
     spans: &[Span],
+    names: &mut Names,
     version: Version,
 ) -> Result<Seen, Malformed> {
     let mut keep_alive = version == Version::HTTP_11;
@@ -270,9 +329,8 @@ fn fill(
     let mut chunked = None;
     let mut length = Ok(None);
     headers.reserve(spans.len());
-    for s in spans {
-        let name = HeaderName::from_bytes(&bytes[s.name.0..s.name.1])
-            .map_err(|_| Malformed::Header("name"))?;
+    for (position, s) in spans.iter().enumerate() {
+        let name = names.get(position, &bytes[s.name.0..s.name.1])?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(s.value.0..s.value.1))
             .map_err(|_| Malformed::Header("value"))?;
         if name == header::CONNECTION {

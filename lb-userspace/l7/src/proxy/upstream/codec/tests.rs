@@ -518,3 +518,51 @@ mod properties {
         }
     }
 }
+
+/// The names kept by position from one head to the next (`Names`) never show a
+/// field under another's name: heads whose fields change places, case, length past
+/// what is kept, and count, one after another on one thread, each parse to their
+/// own names, the same as when parsed first.
+#[test]
+fn names_kept_from_earlier_heads_never_rename_a_field() {
+    let long = "x-a-name-longer-than-the-thirty-two-bytes-kept";
+    let heads = [
+        "HTTP/1.1 200 OK\r\nServer: a\r\nContent-Length: 0\r\nX-Custom: 1\r\n\r\n".to_owned(),
+        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nServer: b\r\nx-custom2: 2\r\n\r\n".to_owned(),
+        "HTTP/1.1 200 OK\r\nSERVER: c\r\nContent-Length: 0\r\n\r\n".to_owned(),
+        format!("HTTP/1.1 200 OK\r\n{long}: 3\r\nContent-Length: 0\r\n{long}: 4\r\n\r\n"),
+        "HTTP/1.1 200 OK\r\nServer: a\r\nContent-Length: 0\r\nX-Custom: 1\r\n\r\n".to_owned(),
+        // As long as the name kept at its place, and not it.
+        "HTTP/1.1 200 OK\r\nServer: a\r\nContent-Length: 0\r\nX-Other1: 5\r\n\r\n".to_owned(),
+    ];
+    let fields = |text: &str| {
+        let mut buf = BytesMut::from(text.as_bytes());
+        let mut headers = HeaderMap::new();
+        parse_head(&mut buf, &Method::GET, &mut headers)
+            .expect("parses")
+            .expect("whole");
+        headers
+            .iter()
+            .map(|(n, v)| format!("{n}={}", v.to_str().expect("text")))
+            .collect::<Vec<_>>()
+    };
+    // Each head parsed after all the others have left their names behind.
+    let warm: Vec<Vec<String>> = heads.iter().map(|h| fields(h)).collect();
+    let again: Vec<Vec<String>> = heads.iter().rev().map(|h| fields(h)).collect();
+    let expected: [&[&str]; 6] = [
+        &["server=a", "content-length=0", "x-custom=1"],
+        &["content-length=0", "server=b", "x-custom2=2"],
+        &["server=c", "content-length=0"],
+        &[
+            &format!("{long}=3"),
+            &format!("{long}=4"),
+            "content-length=0",
+        ],
+        &["server=a", "content-length=0", "x-custom=1"],
+        &["server=a", "content-length=0", "x-other1=5"],
+    ];
+    for (i, want) in expected.iter().enumerate() {
+        assert_eq!(warm[i], *want, "head {i}");
+        assert_eq!(again[heads.len() - 1 - i], *want, "head {i}, parsed again");
+    }
+}
