@@ -366,11 +366,14 @@ const MAX_PER_SET_QUERY: f64 = 4.1;
 /// exchange without copies of them; with them it was 5.00.
 const MAX_PER_HEADER_FILTER: f64 = 3.1;
 
-/// The bound with an h2c client: 3.00 in a release build (the h2 decoder's header map
-/// of each request, its index and entry tables, and hyper's task for each stream),
-/// 4.00 in the debug build `cargo xtask test` runs, whose extra one is not traced
-/// down. It was one more in each while the proxy read the incoming `:authority` it
-/// would not send, copying an h2 buffer.
+/// The bound with an h2c client: the h2 decoder's header map of each request (its
+/// index and entry tables), hyper's task for each stream and the stream's future,
+/// boxed before it is spawned (`StreamTasks` in `proxy/listen.rs`: unboxed, tokio
+/// copied its 4.7 KB eight times). Release and debug builds count the same now: a
+/// debug build's tokio boxed the future itself (it boxes futures over 2 KB there, over
+/// 16 KB in release), which was the extra allocation the debug count had. It was one
+/// more while the proxy read the incoming `:authority` it would not send, copying an
+/// h2 buffer.
 const MAX_PER_H2_REQUEST: f64 = 4.1;
 
 /// The bound of a `redirectTo` answer (not proxied): hyper's two, the answer's header
