@@ -230,6 +230,30 @@ fn writes_are_buffered_until_flushed_and_nothing_is_lost_on_drop() {
     );
 }
 
+/// Threads that log and end leave nothing behind once their lines are out: the
+/// flush writes a gone thread's lines and lets its buffer go, and the count of lines
+/// keeps them.
+#[test]
+fn threads_that_come_and_go_lose_no_line_and_leave_no_buffer() {
+    let out = Shared::default();
+    let log = AccessLog::with_sink(AccessLogConfig::default(), Box::new(out.clone()));
+    for round in 0..20 {
+        std::thread::scope(|s| {
+            for _ in 0..5 {
+                s.spawn(|| log.log(&base(), &[]));
+            }
+        });
+        assert_eq!(log.lines(), (round + 1) * 5);
+        log.flush().expect("flush");
+        assert_eq!(log.shard_count(), 0, "round {round}: the threads are gone");
+    }
+    log.log(&base(), &[]);
+    assert_eq!(log.shard_count(), 1, "this thread's, still alive");
+    drop(log);
+    let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("utf-8");
+    assert_eq!(text.lines().count(), 101);
+}
+
 /// skipper's `testAccessEntry` (`logging/access_test.go`): 127.0.0.1 asks example.com
 /// for /apache_pb.gif and gets a 418 of 2326 bytes in 42 ms. Skipper's tests stamp the
 /// request 10/Oct/2000:13:55:36 -0700; we log in UTC, so the expected lines below carry

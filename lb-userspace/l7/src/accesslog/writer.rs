@@ -60,9 +60,18 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 pub struct AccessLog {
     settings: AccessLogConfig,
     id: u64,
-    /// Every thread's shard, in the order the threads first logged.
-    shards: Mutex<Vec<Arc<Shard>>>,
+    shards: Mutex<Shards>,
     sink: Mutex<Sink>,
+}
+
+/// The shards of the threads that have logged, in the order they first did, and the
+/// lines of threads since gone. A thread that ends leaves its shard to the log alone;
+/// the next flush writes what it holds and lets it go, so threads that come and go do
+/// not grow the log.
+#[derive(Default)]
+struct Shards {
+    live: Vec<Arc<Shard>>,
+    retired_lines: u64,
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -97,7 +106,7 @@ impl AccessLog {
         Self {
             settings,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            shards: Mutex::new(Vec::new()),
+            shards: Mutex::new(Shards::default()),
             sink: Mutex::new((sink, Vec::new())),
         }
     }
@@ -110,7 +119,17 @@ impl AccessLog {
     /// Lines logged so far.
     pub fn lines(&self) -> u64 {
         let shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
-        shards.iter().map(|s| lock(s).lines).sum()
+        shards.retired_lines + shards.live.iter().map(|s| lock(s).lines).sum::<u64>()
+    }
+
+    /// Threads with a buffer of this log (for tests: gone ones are let go).
+    #[cfg(test)]
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live
+            .len()
     }
 
     /// Logs one request (the caller has decided it is to be logged).
@@ -143,6 +162,7 @@ impl AccessLog {
         self.shards
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .live
             .push(Arc::clone(&shard));
         shards.push((self.id, shard));
         &shards[shards.len() - 1].1
@@ -158,16 +178,28 @@ impl AccessLog {
         let (out, spares) = &mut *sink;
         {
             // Lock order: the sink, the list, a shard (a request takes only its shard).
-            let shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
-            if spares.len() < shards.len() {
-                spares.resize_with(shards.len(), || Vec::with_capacity(SHARD_CAPACITY));
+            let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
+            let Shards {
+                live,
+                retired_lines,
+            } = &mut *shards;
+            if spares.len() < live.len() {
+                spares.resize_with(live.len(), || Vec::with_capacity(SHARD_CAPACITY));
             }
-            for (shard, spare) in shards.iter().zip(spares.iter_mut()) {
+            for (shard, spare) in live.iter().zip(spares.iter_mut()) {
                 let mut pending = lock(shard);
                 if !pending.bytes.is_empty() {
                     std::mem::swap(&mut pending.bytes, spare);
                 }
             }
+            // A shard only the log holds is a gone thread's, emptied just above.
+            live.retain(|shard| {
+                let gone = Arc::strong_count(shard) == 1;
+                if gone {
+                    *retired_lines += lock(shard).lines;
+                }
+                !gone
+            });
         }
         let mut result = Ok(());
         let mut wrote = false;
@@ -178,6 +210,14 @@ impl AccessLog {
             }
             spare.clear();
         }
+        // Spares are interchangeable once written: as many as shards are kept.
+        let live = self
+            .shards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live
+            .len();
+        spares.truncate(live);
         if wrote && result.is_ok() {
             result = out.flush();
         }
