@@ -14,9 +14,10 @@ use hyper::body::Incoming;
 
 use super::{
     activity::Activity,
-    body::{self, Finish, LogRecord, ProxyBody},
+    body::{self, Finish, ProxyBody},
     forward::{Failure, Outgoing, forward},
     headers,
+    record::LogRecord,
     service::ServiceState,
     tunnel,
     upstream::BackendBody,
@@ -231,7 +232,7 @@ impl ServiceState {
         r.peer = peer.ip();
         r.time = time;
         r.method = parts.method.clone();
-        r.uri = parts.uri.clone();
+        r.take_uri(&parts.uri);
         r.version = parts.version;
         r.status = status.as_u16();
         r.take_headers(&parts.headers, trusted);

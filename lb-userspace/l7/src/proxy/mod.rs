@@ -18,6 +18,7 @@ mod handler;
 pub mod headers;
 mod listen;
 mod pending;
+mod record;
 mod service;
 #[cfg(test)]
 mod tests;
