@@ -236,20 +236,29 @@ fn writes_are_buffered_until_flushed_and_nothing_is_lost_on_drop() {
 #[test]
 fn threads_that_come_and_go_lose_no_line_and_leave_no_buffer() {
     let out = Shared::default();
-    let log = AccessLog::with_sink(AccessLogConfig::default(), Box::new(out.clone()));
+    let log = std::sync::Arc::new(AccessLog::with_sink(
+        AccessLogConfig::default(),
+        Box::new(out.clone()),
+    ));
     for round in 0..20 {
-        std::thread::scope(|s| {
-            for _ in 0..5 {
-                s.spawn(|| log.log(&base(), &[]));
-            }
-        });
+        // Joined, not scoped: a join waits for the thread's thread-locals to be
+        // dropped, which a scope's end does not.
+        let threads: Vec<_> = (0..5)
+            .map(|_| {
+                let log = std::sync::Arc::clone(&log);
+                std::thread::spawn(move || log.log(&base(), &[]))
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("a logging thread");
+        }
         assert_eq!(log.lines(), (round + 1) * 5);
         log.flush().expect("flush");
         assert_eq!(log.shard_count(), 0, "round {round}: the threads are gone");
     }
     log.log(&base(), &[]);
     assert_eq!(log.shard_count(), 1, "this thread's, still alive");
-    drop(log);
+    drop(std::sync::Arc::into_inner(log));
     let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("utf-8");
     assert_eq!(text.lines().count(), 101);
 }
