@@ -76,6 +76,10 @@ pub(super) struct Outgoing<'a> {
     /// When the request's handling started: the first attempt's response-head
     /// deadline counts from it (microseconds before the send, one clock read less).
     pub started: Instant,
+    /// No filter of the route sees the response: a pooled backend connection's
+    /// response comes without hop-by-hop fields ([`upstream::send`]), and the
+    /// handler need not strip them.
+    pub drop_hop_by_hop: bool,
 }
 
 /// Sends the request to the pool's pick; when connecting fails and the request may
@@ -93,6 +97,7 @@ pub(super) async fn forward(
         client,
         now,
         started,
+        drop_hop_by_hop,
     } = out;
     let http::request::Parts {
         method,
@@ -199,7 +204,8 @@ pub(super) async fn forward(
                 },
                 tokio::time::Instant::from_std,
             );
-            match upstream::send(addr, state.shared.limits.connect_timeout, until, req).await {
+            let timeout = state.shared.limits.connect_timeout;
+            match upstream::send(addr, timeout, until, req, drop_hop_by_hop).await {
                 Err(upstream::SendError::Timeout) => Err(()),
                 sent => Ok(sent.map_err(SendFailure::Pooled)),
             }

@@ -139,6 +139,11 @@ impl ServiceState {
         // `responded`: the backend answered, and the route's response filters are yet
         // to run. The plan's own answers have had them; failure answers get none
         // (skipper runs only filters that opt in to error responses, none of ours).
+        // A route without filters lets its backend's response come without hop-by-hop
+        // fields when its connection is one of ours (`upstream::send`): nothing can
+        // see them before they are stripped, so they are never put in the map.
+        let bare = route.filters.is_empty();
+        let mut stripped = false;
         let (mut response, inflight, responded) = match outcome {
             // The route's response filters have run on its own answers.
             Outcome::Answer(a) => (inline(a), None, false),
@@ -159,9 +164,13 @@ impl ServiceState {
                     client: &client.forwarded,
                     now: time,
                     started,
+                    drop_hop_by_hop: bare,
                 };
                 match forward(self, pool, out).await {
-                    Ok((r, inflight)) => (r.map(Out::Upstream), Some(inflight), true),
+                    Ok((r, inflight)) => {
+                        stripped = bare && matches!(r.body(), BackendBody::Pooled(_));
+                        (r.map(Out::Upstream), Some(inflight), true)
+                    }
                     Err(f) => (self.failure(f), None, false),
                 }
             }
@@ -189,7 +198,9 @@ impl ServiceState {
             );
             *response.status_mut() = status;
         }
-        headers::strip_hop_by_hop(response.headers_mut());
+        if !stripped {
+            headers::strip_hop_by_hop(response.headers_mut());
+        }
         self.stats.count(status);
         let logs = route
             .access_log

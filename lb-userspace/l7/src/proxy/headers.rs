@@ -118,9 +118,19 @@ fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
 }
 
 /// Whether `name` is one of [`HOP_BY_HOP`].
-#[cfg(test)]
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     hop_by_hop_index(name).is_some()
+}
+
+/// Whether a Connection `value` lists only names that go in any case (`keep-alive`,
+/// the usual one): dropping the field then drops everything it asks for. `close`
+/// is not such a name (a field named Close goes with it, see [`strip_hop_by_hop`]).
+pub(crate) fn lists_only_hop_by_hop(value: &HeaderValue) -> bool {
+    value.to_str().is_ok_and(|v| {
+        v.split(',')
+            .map(str::trim)
+            .all(|token| token.is_empty() || goes_anyway(token))
+    })
 }
 
 /// Whether a name Connection lists is one [`strip_hop_by_hop`] removes in any case

@@ -224,7 +224,9 @@ pub fn deadline_from(start: tokio::time::Instant, after: Duration) -> tokio::tim
 /// Sends `req` (origin-form target, Host set) to the backend at `addr`: on an idle
 /// pooled connection if there is one, else on a new one (connecting within
 /// `connect_timeout`). The response head must be in by `until`. The response's body
-/// gives the connection back.
+/// gives the connection back. With `drop_hop_by_hop`, the response's map comes
+/// without hop-by-hop fields (see [`codec::parse_head`]), for a route whose filters
+/// do not see it.
 ///
 /// # Errors
 /// See [`SendError`].
@@ -233,6 +235,7 @@ pub async fn send(
     connect_timeout: Duration,
     until: tokio::time::Instant,
     req: Request<UpBody>,
+    drop_hop_by_hop: bool,
 ) -> Result<Response<BackendBody>, SendError> {
     let conn = match take(addr) {
         Some(conn) => conn,
@@ -242,10 +245,13 @@ pub async fn send(
             conn
         }
     };
-    let resp = conn.send(req, until).await.map_err(|e| match e {
-        ClientError::TimedOut => SendError::Timeout,
-        e => SendError::Sent(e),
-    })?;
+    let resp = conn
+        .send(req, until, drop_hop_by_hop)
+        .await
+        .map_err(|e| match e {
+            ClientError::TimedOut => SendError::Timeout,
+            e => SendError::Sent(e),
+        })?;
     Ok(resp.map(BackendBody::Pooled))
 }
 

@@ -22,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
 
 use super::error::Malformed;
+use crate::proxy::headers::{is_hop_by_hop, lists_only_hop_by_hop, strip_hop_by_hop};
 
 /// The longest response head we read.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
@@ -208,17 +209,24 @@ impl Names {
 /// Parses the response head at the start of `buf`, skipping informational (1xx,
 /// except 101) responses before it, into `headers` (cleared first). On success the
 /// head's bytes are split off `buf` and the header values share them; `Ok(None)`:
-/// more bytes are needed.
+/// more bytes are needed. With `drop_hop_by_hop`, the map gets the head's fields as
+/// [`strip_hop_by_hop`] would leave them: hop-by-hop fields are not put in (the head
+/// still frames the body and says whether the connection stays open), and a
+/// Connection that lists other names is put in and stripped with them.
 ///
 /// # Errors
 /// A head that does not parse, is too large, or frames its body in a way we refuse.
+///
+/// [`strip_hop_by_hop`]: crate::proxy::headers::strip_hop_by_hop
 pub(crate) fn parse_head(
     buf: &mut BytesMut,
     method: &Method,
     headers: &mut HeaderMap,
+    drop_hop_by_hop: bool,
 ) -> Result<Option<Head>, Malformed> {
     loop {
-        let parsed = SCRATCH.with_borrow_mut(|s| parse_one(buf, method, headers, s));
+        let parsed =
+            SCRATCH.with_borrow_mut(|s| parse_one(buf, method, headers, s, drop_hop_by_hop));
         let Some(head) = parsed? else {
             return Ok(None);
         };
@@ -234,6 +242,7 @@ fn parse_one(
     method: &Method,
     headers: &mut HeaderMap,
     scratch: &mut Scratch,
+    drop_hop_by_hop: bool,
 ) -> Result<Option<Option<Head>>, Malformed> {
     let Scratch { spans, names } = scratch;
     // Never more than MAX_HEAD bytes: a head is refused at the same byte however the
@@ -290,7 +299,7 @@ fn parse_one(
     if !headers.is_empty() {
         headers.clear();
     }
-    let seen = fill(headers, &bytes, spans, names, version)?;
+    let seen = fill(headers, &bytes, spans, names, version, drop_hop_by_hop)?;
     let framing = framing(status, version, method, &seen)?;
     let keep_alive = seen.keep_alive && framing != Framing::Close && !upgrade(status, method);
     let reason =
@@ -323,11 +332,14 @@ fn fill(
     spans: &[Span],
     names: &mut Names,
     version: Version,
+    drop_hop_by_hop: bool,
 ) -> Result<Seen, Malformed> {
     let mut keep_alive = version == Version::HTTP_11;
     let mut close = false;
     let mut chunked = None;
     let mut length = Ok(None);
+    // A Connection that lists other names was put in: strip them all at the end.
+    let mut strip = false;
     headers.reserve(spans.len());
     for (position, s) in spans.iter().enumerate() {
         let name = names.get(position, &bytes[s.name.0..s.name.1])?;
@@ -336,12 +348,23 @@ fn fill(
         if name == header::CONNECTION {
             close |= has_token(&value, "close");
             keep_alive |= has_token(&value, "keep-alive");
+            if drop_hop_by_hop && !lists_only_hop_by_hop(&value) {
+                strip = true;
+                headers.append(name, value);
+                continue;
+            }
         } else if name == header::CONTENT_LENGTH {
             add_length(&value, &mut length);
         } else if name == header::TRANSFER_ENCODING {
             chunked = Some(ends_chunked(&value));
         }
+        if drop_hop_by_hop && is_hop_by_hop(&name) {
+            continue;
+        }
         headers.append(name, value);
+    }
+    if strip {
+        strip_hop_by_hop(headers);
     }
     Ok(Seen {
         keep_alive: keep_alive && !close,

@@ -133,6 +133,7 @@ impl Conn {
         mut self: Box<Self>,
         req: Request<UpBody>,
         until: Instant,
+        drop_hop_by_hop: bool,
     ) -> Result<Response<ResponseBody>, ClientError> {
         self.deadline.as_mut().reset(until);
         let (parts, body) = req.into_parts();
@@ -151,7 +152,14 @@ impl Conn {
         let mut writer = Some(Writer::new(body, framing));
         let mut write_error = None;
         let head = poll_fn(|cx| {
-            let head = self.poll_head(cx, &mut writer, &mut write_error, &method, &mut headers);
+            let head = self.poll_head(
+                cx,
+                &mut writer,
+                &mut write_error,
+                &method,
+                &mut headers,
+                drop_hop_by_hop,
+            );
             if head.is_pending() && self.deadline.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Err(ClientError::TimedOut));
             }
@@ -193,6 +201,7 @@ impl Conn {
         write_error: &mut Option<io::Error>,
         method: &Method,
         headers: &mut HeaderMap,
+        drop_hop_by_hop: bool,
     ) -> Poll<Result<codec::Head, ClientError>> {
         if let Some(w) = writer {
             match w.poll(cx, &mut self.stream, &mut self.wbuf) {
@@ -209,8 +218,9 @@ impl Conn {
         }
         loop {
             if !self.rbuf.is_empty()
-                && let Some(head) = codec::parse_head(&mut self.rbuf, method, headers)
-                    .map_err(ClientError::Malformed)?
+                && let Some(head) =
+                    codec::parse_head(&mut self.rbuf, method, headers, drop_hop_by_hop)
+                        .map_err(ClientError::Malformed)?
             {
                 return Poll::Ready(Ok(head));
             }

@@ -59,8 +59,18 @@ pub(crate) fn decode(input: &[u8], method: &Method, piece: usize) -> Outcome {
 /// Decodes the bytes of `pieces`, one after the other, as the response to a
 /// `method` request.
 pub(crate) fn decode_pieces<'a>(
+    pieces: impl Iterator<Item = &'a [u8]>,
+    method: &Method,
+) -> Outcome {
+    decode_as(pieces, method, false)
+}
+
+/// As [`decode_pieces`], the head's hop-by-hop fields dropped as it is parsed when
+/// `drop_hop_by_hop` (see [`codec::parse_head`]).
+pub(crate) fn decode_as<'a>(
     mut pieces: impl Iterator<Item = &'a [u8]>,
     method: &Method,
+    drop_hop_by_hop: bool,
 ) -> Outcome {
     let mut buf = BytesMut::new();
     let mut map = HeaderMap::new();
@@ -71,7 +81,7 @@ pub(crate) fn decode_pieces<'a>(
         end: End::NoHead,
     };
     let head = loop {
-        match codec::parse_head(&mut buf, method, &mut map) {
+        match codec::parse_head(&mut buf, method, &mut map, drop_hop_by_hop) {
             Ok(Some(head)) => break head,
             Ok(None) => match pieces.next() {
                 Some(p) => buf.extend_from_slice(p),
@@ -165,6 +175,14 @@ pub fn response(data: &[u8]) {
     let whole = decode(input, &method, input.len());
     let split = decode(input, &method, piece);
     assert_eq!(whole, split, "pieces of {piece} bytes");
+    // Dropped as parsed, the hop-by-hop fields are the ones stripping the whole map
+    // would remove, and nothing else about the response changes.
+    let dropped = decode_as(input.chunks(piece), &method, true);
+    assert_eq!(
+        dropped,
+        stripped(&whole),
+        "hop-by-hop fields dropped as parsed"
+    );
     if let Ok(Some((status, framing, keep_alive, _))) = &whole.head {
         assert!(!(100..200).contains(status) || *status == 101);
         match framing {
@@ -175,5 +193,42 @@ pub fn response(data: &[u8]) {
             Framing::Close => assert!(!keep_alive),
             _ => {}
         }
+    }
+}
+
+/// `outcome` with its head's fields as [`strip_hop_by_hop`] leaves them, in the
+/// order a map dropping them as parsed has them (the strip reorders what it keeps).
+///
+/// [`strip_hop_by_hop`]: crate::proxy::headers::strip_hop_by_hop
+fn stripped(outcome: &Outcome) -> Outcome {
+    let head = outcome.head.clone().map(|head| {
+        head.map(|(status, framing, keep_alive, fields)| {
+            let mut map = HeaderMap::new();
+            for (n, v) in &fields {
+                if let (Ok(n), Ok(v)) = (
+                    http::HeaderName::from_bytes(n.as_bytes()),
+                    http::HeaderValue::from_bytes(v),
+                ) {
+                    map.append(n, v);
+                }
+            }
+            crate::proxy::headers::strip_hop_by_hop(&mut map);
+            let kept: Fields = fields
+                .into_iter()
+                .filter(|(n, _)| map.contains_key(n.as_str()))
+                .collect();
+            (status, framing, keep_alive, kept)
+        })
+    });
+    Outcome {
+        head,
+        body: outcome.body.clone(),
+        trailers: outcome.trailers.clone(),
+        end: match &outcome.end {
+            End::Complete => End::Complete,
+            End::Cut => End::Cut,
+            End::Failed(e) => End::Failed(e.clone()),
+            End::NoHead => End::NoHead,
+        },
     }
 }

@@ -17,8 +17,19 @@ use tokio::{
     net::TcpListener,
 };
 
-use super::{BackendBody, SendError, send};
+use super::{BackendBody, SendError};
 use crate::proxy::body::UpBody;
+
+/// [`super::send`] keeping the response's hop-by-hop fields, as for a route with
+/// filters.
+async fn send(
+    addr: SocketAddr,
+    connect_timeout: Duration,
+    until: tokio::time::Instant,
+    req: Request<UpBody>,
+) -> Result<http::Response<BackendBody>, SendError> {
+    super::send(addr, connect_timeout, until, req, false).await
+}
 
 const BIG: usize = 4 << 20;
 

@@ -358,7 +358,7 @@ fn a_parsed_head_leaves_the_body_in_the_buffer() {
     let start = buf.as_ptr().addr();
     let mut headers = HeaderMap::new();
     headers.insert("x-left-over", HeaderValue::from_static("from the request"));
-    let head = parse_head(&mut buf, &Method::GET, &mut headers)
+    let head = parse_head(&mut buf, &Method::GET, &mut headers, false)
         .expect("parses")
         .expect("whole");
     assert_eq!(&buf[..], b"hello");
@@ -372,7 +372,7 @@ fn a_parsed_head_leaves_the_body_in_the_buffer() {
         "a reason phrase of its own is kept"
     );
     let mut canonical = BytesMut::from(&b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"[..]);
-    let head = parse_head(&mut canonical, &Method::GET, &mut headers)
+    let head = parse_head(&mut canonical, &Method::GET, &mut headers, false)
         .expect("parses")
         .expect("whole");
     assert!(head.reason.is_none());
@@ -538,7 +538,7 @@ fn names_kept_from_earlier_heads_never_rename_a_field() {
     let fields = |text: &str| {
         let mut buf = BytesMut::from(text.as_bytes());
         let mut headers = HeaderMap::new();
-        parse_head(&mut buf, &Method::GET, &mut headers)
+        parse_head(&mut buf, &Method::GET, &mut headers, false)
             .expect("parses")
             .expect("whole");
         headers
@@ -565,4 +565,62 @@ fn names_kept_from_earlier_heads_never_rename_a_field() {
         assert_eq!(warm[i], *want, "head {i}");
         assert_eq!(again[heads.len() - 1 - i], *want, "head {i}, parsed again");
     }
+}
+
+/// Heads parsed for a route whose filters do not see the response: the map has what
+/// stripping hop-by-hop fields would leave, and the head still frames the body and
+/// says whether the connection stays open from the fields it did not keep.
+#[test]
+fn hop_by_hop_fields_dropped_as_parsed() {
+    let parsed = |text: &str| {
+        let mut buf = BytesMut::from(text.as_bytes());
+        let mut headers = HeaderMap::new();
+        let head = parse_head(&mut buf, &Method::GET, &mut headers, true)
+            .expect("parses")
+            .expect("whole");
+        let mut names: Vec<String> = headers.keys().map(|n| n.as_str().to_owned()).collect();
+        names.sort();
+        (head.framing, head.keep_alive, names)
+    };
+    let nginx =
+        "HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n";
+    assert_eq!(
+        parsed(nginx),
+        (
+            Framing::Length(2),
+            true,
+            vec!["content-length".into(), "server".into()]
+        )
+    );
+    let every = "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\n\
+                 Upgrade: h2c\r\nTrailer: X-T\r\nTE: trailers\r\nProxy-Connection: keep-alive\r\n\
+                 Proxy-Authenticate: Basic\r\nX-Kept: 1\r\n\r\n";
+    assert_eq!(
+        parsed(every),
+        (Framing::Chunked, true, vec!["x-kept".into()])
+    );
+    // Listed names go too, before or after the Connection that lists them; the Host
+    // never does.
+    let listed = "HTTP/1.1 200 OK\r\nX-Before: 1\r\nConnection: keep-alive, X-Before, X-After, Host\r\n\
+                  X-After: 2\r\nHost: h\r\nX-Kept: 3\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(
+        parsed(listed),
+        (
+            Framing::Empty,
+            true,
+            vec!["content-length".into(), "host".into(), "x-kept".into()]
+        )
+    );
+    // `close`: the connection ends, and a field named Close goes with it.
+    let close = "HTTP/1.1 200 OK\r\nClose: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(
+        parsed(close),
+        (Framing::Empty, false, vec!["content-length".into()])
+    );
+    // HTTP/1.0 stays open only with keep-alive, which is not kept.
+    let old = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(
+        parsed(old),
+        (Framing::Empty, true, vec!["content-length".into()])
+    );
 }
