@@ -105,6 +105,14 @@ async fn raw_backend(addr: SocketAddr, act: Act) -> tokio::task::JoinHandle<()> 
     })
 }
 
+/// A proxy with `config`, serving `routes` as service `web` on `port` of the VIP.
+fn serving(config: &L7Config, port: u16, routes: &str) -> lb_l7::proxy::Proxy {
+    let mut proxy = proxy_with(config, None);
+    let errors = proxy.apply(&[service("web", port, Some(routes), vec![])]);
+    assert!(errors.is_empty(), "{errors:?}");
+    proxy
+}
+
 /// Sends `GET path` on a new connection and reads until the proxy closes it or
 /// `within` passes: what came back, and how long that took.
 async fn read_until_closed(port: u16, path: &str, within: Duration) -> (String, Duration) {
@@ -164,9 +172,7 @@ fn backends_failing_after_the_request_get_skippers_status_per_kind() {
             backend_addr(1, 80),
             backend_addr(2, 80),
         );
-        let mut proxy = proxy_with(&L7Config::default(), None);
-        let errors = proxy.apply(&[service("web", 88, Some(&routes), vec![])]);
-        assert!(errors.is_empty(), "{errors:?}");
+        let proxy = serving(&L7Config::default(), 88, &routes);
         rt.block_on(async {
             let c = client(false);
             for (path, status, body) in [
@@ -200,9 +206,7 @@ fn a_backend_failing_mid_body_cuts_the_client_connection() {
             backend_addr(0, 80),
             backend_addr(1, 80),
         );
-        let mut proxy = proxy_with(&L7Config::default(), None);
-        let errors = proxy.apply(&[service("web", 89, Some(&routes), vec![])]);
-        assert!(errors.is_empty(), "{errors:?}");
+        let proxy = serving(&L7Config::default(), 89, &routes);
         rt.block_on(async {
             for path in ["/length", "/chunked"] {
                 let (got, took) = read_until_closed(89, path, Duration::from_secs(5)).await;
@@ -242,9 +246,7 @@ fn backend_timeout_cuts_a_body_that_trickles_past_it() {
             request_timeout: lb_model::config::DurationText::Millis(500),
             ..L7Config::default()
         };
-        let mut proxy = proxy_with(&config, None);
-        let errors = proxy.apply(&[service("web", 90, Some(&routes), vec![])]);
-        assert!(errors.is_empty(), "{errors:?}");
+        let proxy = serving(&config, 90, &routes);
         rt.block_on(async {
             let (got, took) = read_until_closed(90, "/bounded", Duration::from_secs(5)).await;
             assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got:?}");
@@ -338,9 +340,7 @@ fn a_backend_s_hop_by_hop_fields_never_reach_the_client() {
                filtered: Path("/filtered") -> setResponseHeader("X-Filtered", "yes") -> "http://{b}";"#,
             b = backend_addr(0, 80),
         );
-        let mut proxy = proxy_with(&L7Config::default(), None);
-        let errors = proxy.apply(&[service("web", 88, Some(&routes), vec![])]);
-        assert!(errors.is_empty(), "{errors:?}");
+        let proxy = serving(&L7Config::default(), 88, &routes);
         rt.block_on(async {
             let c = client(false);
             for (path, filtered) in [("/bare", ""), ("/filtered", "yes")] {
