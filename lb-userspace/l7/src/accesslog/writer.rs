@@ -176,7 +176,7 @@ impl AccessLog {
     pub fn flush(&self) -> std::io::Result<()> {
         let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
         let (out, spares) = &mut *sink;
-        {
+        let live_after = {
             // Lock order: the sink, the list, a shard (a request takes only its shard).
             let mut shards = self.shards.lock().unwrap_or_else(PoisonError::into_inner);
             let Shards {
@@ -200,7 +200,8 @@ impl AccessLog {
                 }
                 !gone
             });
-        }
+            live.len()
+        };
         let mut result = Ok(());
         let mut wrote = false;
         for spare in spares.iter_mut().filter(|s| !s.is_empty()) {
@@ -210,14 +211,9 @@ impl AccessLog {
             }
             spare.clear();
         }
-        // Spares are interchangeable once written: as many as shards are kept.
-        let live = self
-            .shards
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .live
-            .len();
-        spares.truncate(live);
+        // Spares are interchangeable once written: as many as shards are kept (a
+        // thread that came since gets its spare at the next flush).
+        spares.truncate(live_after);
         if wrote && result.is_ok() {
             result = out.flush();
         }
