@@ -1,12 +1,16 @@
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderValue, header};
+use http::{HeaderMap, HeaderName, HeaderValue, header};
 
-use super::{AUDIT, FLOW_ID, FORWARDED_FOR, Field, LogRecord};
+use super::{Field, LogRecord};
+use crate::proxy::headers::X_FORWARDED_FOR as FORWARDED_FOR;
 use crate::{
     accesslog::{AccessLog, AccessLogConfig},
     routes::{Exchange, values::HeaderEdit},
 };
+
+const FLOW_ID: HeaderName = HeaderName::from_static("x-flow-id");
+const AUDIT: HeaderName = HeaderName::from_static("x-unverified-audit");
 
 fn new_log() -> Arc<AccessLog> {
     Arc::new(AccessLog::with_sink(
@@ -36,8 +40,8 @@ fn a_log_line_takes_each_shown_header_at_its_first_value() {
     h.append(header::USER_AGENT, v("second-agent"));
     h.insert(header::HOST, v("public.example"));
     h.insert(header::REFERER, v("https://from.example/"));
-    h.insert(FLOW_ID.clone(), v("F1"));
-    h.insert(AUDIT.clone(), v("A1"));
+    h.insert(FLOW_ID, v("F1"));
+    h.insert(AUDIT, v("A1"));
     h.append(FORWARDED_FOR, v("198.18.0.9"));
     h.append(FORWARDED_FOR, v("198.18.0.8"));
     h.insert("x-other", v("not shown"));
@@ -121,12 +125,13 @@ fn the_line_shows_what_request_filters_changed() {
     let ex = Exchange {
         query: Some("lang=pt&token=s".to_owned()),
         edits: vec![
-            HeaderEdit::Set(FLOW_ID.clone(), HeaderValue::from_static("F9")),
+            HeaderEdit::Set(FLOW_ID, HeaderValue::from_static("F9")),
             HeaderEdit::Set(header::USER_AGENT, HeaderValue::from_static("set")),
             HeaderEdit::Set(header::HOST, HeaderValue::from_static("other.example")),
             HeaderEdit::Append(header::USER_AGENT, HeaderValue::from_static("second")),
             HeaderEdit::Set(header::REFERER, HeaderValue::from_static("r")),
             HeaderEdit::Drop(header::REFERER),
+            HeaderEdit::Set(FORWARDED_FOR, HeaderValue::from_static("198.18.0.3")),
         ],
         ..Exchange::default()
     };
@@ -144,6 +149,11 @@ fn the_line_shows_what_request_filters_changed() {
     );
     assert_eq!(masked.get(Field::Referer), None, "dropped");
     assert_eq!(masked.get(Field::Host), None);
+    assert_eq!(
+        shown(&masked, Field::ForwardedFor),
+        b"198.18.0.3",
+        "set by the route's author: shown as a trusted proxy's"
+    );
     assert_eq!(
         masked.get(Field::Query),
         Some(&b"token=s"[..]),
