@@ -19,7 +19,7 @@ pub(crate) type Fields = Vec<(String, Vec<u8>)>;
 pub(crate) type Seen = (u16, Framing, bool, Fields);
 
 /// What a response decoded to.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {
     /// The final head's status, framing, keep-alive and fields in order; `Ok(None)`
     /// when the bytes ended before a whole head.
@@ -32,7 +32,7 @@ pub(crate) struct Outcome {
 }
 
 /// How the body ended.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum End {
     /// As its framing says (for a close-delimited body: the bytes' end).
     Complete,
@@ -201,34 +201,19 @@ pub fn response(data: &[u8]) {
 ///
 /// [`strip_hop_by_hop`]: crate::proxy::headers::strip_hop_by_hop
 fn stripped(outcome: &Outcome) -> Outcome {
-    let head = outcome.head.clone().map(|head| {
-        head.map(|(status, framing, keep_alive, fields)| {
-            let mut map = HeaderMap::new();
-            for (n, v) in &fields {
-                if let (Ok(n), Ok(v)) = (
-                    http::HeaderName::from_bytes(n.as_bytes()),
-                    http::HeaderValue::from_bytes(v),
-                ) {
-                    map.append(n, v);
-                }
+    let mut out = outcome.clone();
+    if let Ok(Some((_, _, _, fields))) = &mut out.head {
+        let mut map = HeaderMap::new();
+        for (n, v) in fields.iter() {
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(n.as_bytes()),
+                http::HeaderValue::from_bytes(v),
+            ) {
+                map.append(n, v);
             }
-            crate::proxy::headers::strip_hop_by_hop(&mut map);
-            let kept: Fields = fields
-                .into_iter()
-                .filter(|(n, _)| map.contains_key(n.as_str()))
-                .collect();
-            (status, framing, keep_alive, kept)
-        })
-    });
-    Outcome {
-        head,
-        body: outcome.body.clone(),
-        trailers: outcome.trailers.clone(),
-        end: match &outcome.end {
-            End::Complete => End::Complete,
-            End::Cut => End::Cut,
-            End::Failed(e) => End::Failed(e.clone()),
-            End::NoHead => End::NoHead,
-        },
+        }
+        crate::proxy::headers::strip_hop_by_hop(&mut map);
+        fields.retain(|(n, _)| map.contains_key(n.as_str()));
     }
+    out
 }
