@@ -6,7 +6,8 @@
 //! - [`balance`] picks endpoints (roundRobin, random, consistentHash,
 //!   powerOfRandomNChoices, leastConnections) with health and fade-in as weights.
 //! - [`accesslog`] renders skipper's access-log line (or JSON) into a reused buffer.
-//! - [`proxy`] serves the VIPs with hyper and forwards with pooled connections.
+//! - [`proxy`] serves the VIPs (HTTP/1.x with its own server, h2c with hyper's) and
+//!   forwards with pooled connections.
 
 pub mod accesslog;
 pub mod balance;

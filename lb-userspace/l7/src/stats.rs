@@ -49,7 +49,8 @@ pub struct L7Snapshot {
     pub connections_open: usize,
     /// Connections closed at once over `max_connections`.
     pub connections_refused: u64,
-    /// Requests hyper refused as malformed (400, 414, 431).
+    /// Request heads refused as malformed (400, 414, 431), and bodies whose framing
+    /// broke (400).
     pub malformed_requests: u64,
     /// Connections closed after `idle_timeout`.
     pub idle_closed: u64,

@@ -15,10 +15,10 @@ use std::{
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
 use super::{
     activity::Activity,
+    client_body::{ClientBody, ClientBodyError},
     record::LogRecord,
     upstream::{BackendBody, ClientError},
 };
@@ -35,7 +35,7 @@ pub enum UpBody {
     /// the backend.
     Client {
         /// The body.
-        body: Incoming,
+        body: ClientBody,
         /// Set on a read error.
         failed: Arc<AtomicBool>,
     },
@@ -43,12 +43,12 @@ pub enum UpBody {
 
 impl Body for UpBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ClientBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
             UpBody::Empty => Poll::Ready(None),
             UpBody::Client { body, failed } => {
@@ -196,9 +196,10 @@ impl Body for ProxyBody {
             }
         };
         match polled {
-            // hyper's server drops what it has buffered of the response when the body
-            // fails: the failure waits one turn, in which the server writes the head
-            // and the data before it (skipper's client gets them too, then the cut).
+            // hyper's HTTP/2 server drops what it has buffered of the response when the
+            // body fails: the failure waits one turn, in which the server writes the
+            // head and the data before it (skipper's client gets them too, then the
+            // cut). Our HTTP/1 server writes what it has before it polls again.
             Poll::Ready(Some(Err(e))) => {
                 this.failed = Some(e);
                 cx.waker().wake_by_ref();

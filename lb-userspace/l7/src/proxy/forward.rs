@@ -24,7 +24,6 @@ use std::{
 
 use http::{HeaderValue, Method, Request, Response, Uri, header};
 use http_body::Body as _;
-use hyper::body::Incoming;
 
 use super::{
     body::UpBody,
@@ -66,7 +65,7 @@ pub(super) enum Failure {
 /// A request as it reaches [`forward`].
 pub(super) struct Outgoing<'a> {
     pub parts: http::request::Parts,
-    pub body: Incoming,
+    pub body: super::client_body::ClientBody,
     pub ex: &'a Exchange,
     /// The consistent-hash key ([`crate::routes::plan::Outcome::Forward`]).
     pub key: u64,

@@ -10,7 +10,6 @@ use std::{
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, Version, header};
-use hyper::body::Incoming;
 
 use super::{
     activity::Activity,
@@ -36,7 +35,7 @@ impl ServiceState {
     /// Serves one request; never fails (errors become 4xx/5xx responses).
     pub async fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<super::client_body::ClientBody>,
         client: &headers::Peer,
         activity: Arc<Activity>,
     ) -> Response<ProxyBody> {

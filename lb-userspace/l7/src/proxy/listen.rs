@@ -1,15 +1,16 @@
-//! Listening on a VIP and serving its connections: the connection limit, HTTP/1.1 and
-//! h2c on the same port, head size/count limits and timeouts (hyper answers 431, 414
-//! or 400 itself), idle connections closed, graceful shutdown on request.
+//! Listening on a VIP and serving its connections: the connection limit, HTTP/1.x (our
+//! own server, [`super::h1`], which answers 431, 414 or 400 to heads it refuses) and
+//! h2c (hyper's server, handed the connection when its first bytes are HTTP/2's
+//! preface) on the same port, timeouts, idle connections closed, graceful shutdown on
+//! request.
 //!
 //! Timeouts a connection lives by:
 //! - its first request head must be complete within `header_timeout` of the accept,
-//!   whether it sent a byte or not (hyper's own timer starts only once it knows the
-//!   protocol, i.e. after the first bytes, and HTTP/2 has none);
+//!   whether it sent a byte or not (HTTP/2 has no head timer of its own);
 //! - later HTTP/1 heads get `header_timeout` too, counted from the end of the
 //!   previous response, so an idle HTTP/1 connection closes after the shorter of
 //!   `header_timeout` and `idle_timeout` (only the latter counts as an idle close).
-//!   This was hyper's `header_read_timeout`, which makes a timer (an allocation and a
+//!   This was hyper's `header_read_timeout`, which made a timer (an allocation and a
 //!   timer-wheel entry) for every request head; the idle timer below, armed for the
 //!   shorter of the two, does the same without any per request;
 //! - between requests, `idle_timeout`;
@@ -23,7 +24,9 @@
 //! next request on its way, and closing it then would fail that request).
 
 use std::{
+    future::{Future, poll_fn},
     net::SocketAddr,
+    pin::Pin,
     sync::{
         Arc,
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -31,25 +34,22 @@ use std::{
     time::Duration,
 };
 
-use hyper_util::{
-    rt::{TokioIo, TokioTimer},
-    server::conn::auto,
-};
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{net::TcpListener, sync::watch};
 
 use super::{
     Shared,
     activity::Activity,
+    client_body::ClientBody,
+    h1::{self, head::HeadLimits},
     headers::Peer,
     pending::Pending,
+    rewind::Rewind,
     service::ServiceState,
     woken::{OnWake, Woken},
 };
 use lb_model::throttle::{AcceptBackoff, Throttle};
-
-/// hyper's limit on a request head's fields when none is set (its
-/// `DEFAULT_MAX_HEADERS`); [`lb_model::config::L7Config`]'s default is the same.
-const HYPER_MAX_HEADERS: usize = 100;
 
 /// How long an HTTP/1 connection must have been idle before a drain closes it.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
@@ -194,46 +194,48 @@ async fn serve(
     let ticket = shared.connections.pending.enter();
     let evict = Arc::clone(&ticket.evict);
     let activity = Arc::new(Activity::new(Some((Arc::clone(&shared), ticket))));
-    let mut builder = auto::Builder::new(StreamTasks);
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .max_buf_size(limits.max_header_bytes)
-        // Ours (module docs); hyper's default would be 30 s.
-        .header_read_timeout(None);
-    // hyper's own limit is the default one. Told it explicitly, hyper sizes its parse
-    // arrays at run time and fills both, element by element, for every request head
-    // (1.5% of the proxy's user time); left at its default they are fixed arrays.
-    if limits.max_headers != HYPER_MAX_HEADERS {
-        builder.http1().max_headers(limits.max_headers);
-    }
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     // The service's name for the log, after the request handler has taken `service`.
     let named = Arc::clone(&service);
-    let svc = {
-        // One reference per request, to this connection's own: a clone of the service's
-        // `Arc` per request wrote a count every worker's requests write.
-        let conn = Arc::new(Serving {
-            service,
-            activity: Arc::clone(&activity),
-            client: Peer::new(peer),
-        });
-        hyper::service::service_fn(move |req| {
+    // One reference per request, to this connection's own: a clone of the service's
+    // `Arc` per request wrote a count every worker's requests write.
+    let serving = Arc::new(Serving {
+        service,
+        activity: Arc::clone(&activity),
+        client: Peer::new(peer),
+    });
+    let h1 = {
+        let conn = Arc::clone(&serving);
+        let head = HeadLimits {
+            max_bytes: limits.max_header_bytes,
+            max_fields: limits.max_headers,
+        };
+        h1::Connection::new(stream, head, move |req| {
             let conn = Arc::clone(&conn);
             async move {
                 let activity = Arc::clone(&conn.activity);
-                Ok::<_, std::convert::Infallible>(
-                    conn.service.handle(req, &conn.client, activity).await,
-                )
+                conn.service.handle(req, &conn.client, activity).await
             }
         })
     };
-    // With upgrades: a CONNECT a route allows becomes a tunnel.
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-    tokio::pin!(conn);
+    // h2c with prior knowledge: hyper's HTTP/2 server takes the socket, the preface
+    // read so far put back in front of it.
+    let h2c = |stream, read| {
+        let mut h2 = http2::Builder::new(StreamTasks);
+        h2.timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        let svc = h2_service(Arc::clone(&serving));
+        Box::pin(h2.serve_connection(TokioIo::new(Rewind::new(read, stream)), svc))
+    };
+    let mut conn = Proto::first(h1, &h2c);
+    // Types of both protocols' connections are only known here.
+    macro_rules! graceful {
+        ($conn:expr) => {
+            match &mut $conn {
+                Proto::H1(c) => c.graceful_shutdown(),
+                Proto::H2(c) => c.as_mut().graceful_shutdown(),
+            }
+        };
+    }
     // The first head's deadline, counted from the accept.
     let first_head = tokio::time::sleep(limits.header_timeout);
     tokio::pin!(first_head);
@@ -253,7 +255,20 @@ async fn serve(
         // during it, so the branches look again before they close anything.
         tokio::select! {
             biased;
-            r = conn.as_mut() => break r,
+            r = poll_fn(|cx| match &mut conn {
+                Proto::H1(c) => Pin::new(c).poll(cx).map(Step::H1),
+                Proto::H2(c) => c.as_mut().poll(cx).map(Step::H2),
+            }) => match r {
+                Step::H1(Ok(h1::Ended::H2(stream, read))) => {
+                    let mut next = h2c(stream, read);
+                    if shut {
+                        next.as_mut().graceful_shutdown();
+                    }
+                    conn = Proto::H2(next);
+                }
+                Step::H1(r) => break r.map(drop).map_err(ServeError::H1),
+                Step::H2(r) => break r.map_err(ServeError::H2),
+            },
             () = &mut first_head, if headless => {
                 headless = false;
                 if !activity.seen_request() {
@@ -274,7 +289,7 @@ async fn serve(
                 draining = true;
                 if activity.start_draining() {
                     shut = true;
-                    conn.as_mut().graceful_shutdown();
+                    graceful!(conn);
                 } else {
                     idle.as_mut().reset(tokio::time::Instant::now());
                 }
@@ -294,7 +309,7 @@ async fn serve(
                         if head.is_none() && !draining {
                             shared.connections.idle_closed.fetch_add(1, Ordering::Relaxed);
                         }
-                        conn.as_mut().graceful_shutdown();
+                        graceful!(conn);
                     }
                     Some(idle_for) => idle.as_mut().reset(tokio::time::Instant::now() + (first - idle_for)),
                     None => idle.as_mut().reset(tokio::time::Instant::now() + first),
@@ -304,7 +319,7 @@ async fn serve(
     };
     activity.leave_pending();
     if let Err(e) = result {
-        note_error(&shared, &named.name, peer, e.as_ref());
+        note_error(&shared, &named.name, peer, &e);
     }
     shared.connections.open.fetch_sub(1, Ordering::AcqRel);
 }
@@ -330,6 +345,27 @@ where
     }
 }
 
+/// The h2c connection's requests, through hyper's service interface.
+fn h2_service(
+    conn: Arc<Serving>,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<super::body::ProxyBody>,
+    Error = std::convert::Infallible,
+    Future = impl Future<
+        Output = Result<http::Response<super::body::ProxyBody>, std::convert::Infallible>,
+    > + Send,
+> + Clone {
+    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let conn = Arc::clone(&conn);
+        async move {
+            let activity = Arc::clone(&conn.activity);
+            let req = req.map(ClientBody::Hyper);
+            Ok(conn.service.handle(req, &conn.client, activity).await)
+        }
+    })
+}
+
 /// What a connection's requests are served with.
 struct Serving {
     service: Arc<ServiceState>,
@@ -337,33 +373,62 @@ struct Serving {
     client: Peer,
 }
 
-/// Connection errors: a malformed request (hyper has answered it with a 4xx) is
-/// counted and logged; a client that went away is not news.
-fn note_error(
-    shared: &Shared,
-    service: &str,
-    client: SocketAddr,
-    e: &(dyn std::error::Error + 'static),
-) {
-    if let Some(h) = e.downcast_ref::<hyper::Error>() {
-        if h.is_parse() || h.is_parse_too_large() || h.is_parse_status() {
-            shared.connections.malformed.fetch_add(1, Ordering::Relaxed);
-            static MALFORMED: Throttle = Throttle::per_second();
-            if let Some(suppressed) = MALFORMED.pass() {
-                tracing::warn!(
-                    service,
-                    %client,
-                    error = %h,
-                    suppressed,
-                    "malformed request answered with 4xx, connection closed"
-                );
-            }
-            return;
+/// The connection, in the protocol it turned out to speak.
+enum Proto<A, B> {
+    /// HTTP/1.x, by our own server (until it sees HTTP/2's preface).
+    H1(A),
+    /// h2c, by hyper's server.
+    H2(Pin<Box<B>>),
+}
+
+impl<A, B> Proto<A, B> {
+    /// An HTTP/1 connection that may become `make`'s HTTP/2 one (which names `B`).
+    fn first<M>(h1: A, _make: &M) -> Self
+    where
+        M: Fn(tokio::net::TcpStream, bytes::Bytes) -> Pin<Box<B>>,
+    {
+        Proto::H1(h1)
+    }
+}
+
+/// What a turn of [`Proto`] gave.
+enum Step {
+    H1(Result<h1::Ended, h1::ConnError>),
+    H2(Result<(), hyper::Error>),
+}
+
+/// Why serving a connection ended early.
+#[derive(Debug, thiserror::Error)]
+enum ServeError {
+    #[error(transparent)]
+    H1(h1::ConnError),
+    #[error(transparent)]
+    H2(hyper::Error),
+}
+
+/// Connection errors: a malformed request head (answered with a 4xx) is counted and
+/// logged; a client that went away is not news.
+fn note_error(shared: &Shared, service: &str, client: SocketAddr, e: &ServeError) {
+    if let ServeError::H1(h1::ConnError::Head(refused)) = e {
+        shared.connections.malformed.fetch_add(1, Ordering::Relaxed);
+        static MALFORMED: Throttle = Throttle::per_second();
+        if let Some(suppressed) = MALFORMED.pass() {
+            tracing::warn!(
+                service,
+                %client,
+                error = %refused,
+                status = refused.status().as_u16(),
+                suppressed,
+                "malformed request answered with 4xx, connection closed"
+            );
         }
-        if h.is_timeout() {
-            tracing::debug!(service, %client, error = %h, "connection timed out");
-            return;
-        }
+        return;
+    }
+    if let ServeError::H2(h) = e
+        && h.is_timeout()
+    {
+        tracing::debug!(service, %client, error = %h, "connection timed out");
+        return;
     }
     tracing::debug!(service, %client, error = %e, "connection ended");
 }

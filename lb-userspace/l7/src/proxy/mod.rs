@@ -11,14 +11,17 @@
 mod activity;
 mod apply;
 mod body;
+mod client_body;
 mod coarse;
 mod failure;
 pub(crate) mod forward;
+mod h1;
 mod handler;
 pub mod headers;
 mod listen;
 mod pending;
 mod record;
+mod rewind;
 mod service;
 #[cfg(test)]
 mod tests;
@@ -28,6 +31,7 @@ mod tunnel;
 mod upstream;
 mod woken;
 pub mod workers;
+mod writer;
 
 /// The fuzz target `h1_response`: a backend's response bytes through the response
 /// parser and the chunked decoder of the proxy's own HTTP/1.1 client.

@@ -4,7 +4,7 @@
 //! The request fields the line shows (six headers, the path, the query, the
 //! authority, a filtered query) are copied into one buffer of the record, which is
 //! reused from request to request with its capacity: about 100 bytes copied, where
-//! holding the fields as shared slices of hyper's read buffer took a reference to it
+//! holding the fields as shared slices of the request head's buffer took a reference to it
 //! per field and gave each back after the line, fourteen atomic count updates per
 //! logged request (callgrind counts each as one instruction, so the instruction
 //! count did not move; an atomic update costs its cycles in the CPU, not there).

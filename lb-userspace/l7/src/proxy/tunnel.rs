@@ -9,7 +9,7 @@ use http::{Request, Response, Uri, header, request::Parts};
 use hyper::{body::Incoming, upgrade::OnUpgrade};
 use hyper_util::rt::TokioIo;
 
-use super::{body::UpBody, forward::Failure, service::ServiceState};
+use super::{body::UpBody, forward::Failure, h1, rewind::Rewind, service::ServiceState};
 use crate::{
     balance::{InFlight, Pick},
     routes::Pool,
@@ -51,7 +51,14 @@ pub(super) async fn open(
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
     });
-    let client_side = parts.extensions.remove::<OnUpgrade>();
+    // HTTP/1 clients come through our own server, HTTP/2 ones through hyper's.
+    let client_side = match parts.extensions.remove::<h1::OnUpgrade>() {
+        Some(on) => Some(ClientSide::H1(on)),
+        None => parts
+            .extensions
+            .remove::<OnUpgrade>()
+            .map(ClientSide::Hyper),
+    };
     let target = parts.uri.authority().map(|a| a.as_str().to_owned());
     let Some(target) = target else {
         return Err(Failure::ClientBody);
@@ -82,15 +89,33 @@ pub(super) async fn open(
     tokio::spawn(async move {
         // The endpoint counts the tunnel as in flight while it is open.
         let _inflight = inflight;
-        let (Ok(client), Ok(backend)) = tokio::join!(client_side, backend_side) else {
+        let Ok(backend) = backend_side.await else {
             return;
         };
-        let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
+        let mut backend = TokioIo::new(backend);
         // A tunnel with no bytes either way for `idle_timeout` is closed like an idle
         // connection.
-        let _ = copy_until_idle(&mut client, &mut backend, idle).await;
+        match client_side {
+            ClientSide::H1(on) => {
+                let Ok(h1::Upgraded { stream, read }) = on.upgraded().await else {
+                    return;
+                };
+                let mut client = Rewind::new(read, stream);
+                let _ = copy_until_idle(&mut client, &mut backend, idle).await;
+            }
+            ClientSide::Hyper(on) => {
+                let Ok(client) = on.await else { return };
+                let _ = copy_until_idle(&mut TokioIo::new(client), &mut backend, idle).await;
+            }
+        }
     });
     Ok((resp, None))
+}
+
+/// The client's side of a tunnel, once its connection lets go of it.
+enum ClientSide {
+    H1(h1::OnUpgrade),
+    Hyper(OnUpgrade),
 }
 
 /// Copies both ways until both sides end or nothing moves for `idle`.

@@ -34,12 +34,11 @@
 //!   timer for this and moves it on per request ([`conn`]), which costs an atomic
 //!   update instead of a registration with tokio's timer wheel and its removal.
 
-mod chunked;
+pub(crate) mod chunked;
 mod codec;
 mod conn;
 mod error;
 pub mod fuzz;
-mod write;
 
 use std::{
     cell::{Cell, RefCell},
@@ -56,7 +55,8 @@ use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-pub(crate) use error::ClientError;
+pub(crate) use codec::Framing;
+pub(crate) use error::{ClientError, Malformed};
 
 use super::{body::UpBody, coarse};
 use conn::{Conn, ResponseBody};

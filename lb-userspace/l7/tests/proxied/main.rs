@@ -347,24 +347,27 @@ fn per_request(routes: &str, n: u64, log: bool, h2: bool, want: Want) -> (f64, f
     ((a1 - a0) as f64 / n as f64, (b1 - b0) as f64 / n as f64)
 }
 
-/// The bound the proxy meets now (2.00: both are hyper's server's, its read buffer
-/// replaced and promoted to shared, see the README); lower it when a change removes
-/// allocations, so that none creeps back. The tenth above the count is for the
+/// The bound the proxy meets now: none. It was 2.00 while hyper's server read the
+/// requests (its read buffer replaced and promoted to shared for each, see the
+/// README); our own HTTP/1 server (`proxy/h1`) keeps its read buffer, and the answer's
+/// emptied header map takes the next request's fields. Lower a bound when a change
+/// removes allocations, so that none creeps back. The tenth above the count is for the
 /// runtime's one-off allocations that land in the window now and then (one in 2000
 /// requests is 0.0005); an allocation per request is 1.0.
-const MAX_PER_REQUEST: f64 = 2.1;
+const MAX_PER_REQUEST: f64 = 0.1;
 
 /// The bound with a `setQuery` filter: the query re-encoded as Go does, and the
 /// backend's target built from it (moved into the request: cloned, it cost one
 /// more). It was 7.00 while the decoded pairs went into a `Vec` (they are sorted on
 /// the stack now) and the exchange started with copies of the path and query
-/// (filters copy only what they set now).
-const MAX_PER_SET_QUERY: f64 = 4.1;
+/// (filters copy only what they set now), and 4.00 with hyper's server.
+const MAX_PER_SET_QUERY: f64 = 2.1;
 
 /// The bound through a `setRequestHeader` filter: the plain route's, and the list of
 /// header edits. A filter that neither reads nor changes the path or query leaves the
-/// exchange without copies of them; with them it was 5.00.
-const MAX_PER_HEADER_FILTER: f64 = 3.1;
+/// exchange without copies of them; with them it was 5.00, and 3.00 with hyper's
+/// server.
+const MAX_PER_HEADER_FILTER: f64 = 1.1;
 
 /// The bound with an h2c client: the h2 decoder's header map of each request (its
 /// index and entry tables), hyper's task for each stream and the stream's future,
@@ -376,16 +379,17 @@ const MAX_PER_HEADER_FILTER: f64 = 3.1;
 /// h2 buffer.
 const MAX_PER_H2_REQUEST: f64 = 4.1;
 
-/// The bound of a `redirectTo` answer (not proxied): hyper's two, the answer's header
-/// map (two), the Location text and its header value. It was 10.00 while the
-/// request's path went through two buffers of its own, and 8.00 while the exchange
-/// copied the path and query a redirect only reads.
-const MAX_PER_REDIRECT: f64 = 6.1;
+/// The bound of a `redirectTo` answer (not proxied): the answer's header map (two),
+/// the Location text and its header value. It was 10.00 while the request's path went
+/// through two buffers of its own, 8.00 while the exchange copied the path and query
+/// a redirect only reads, and 6.00 with hyper's server.
+const MAX_PER_REDIRECT: f64 = 4.1;
 
-/// The bound of an `inlineContent` answer (not proxied): hyper's two and the answer's
-/// header map (two). It was 6.00 while every route with filters copied the request's
-/// path and query, which `status` and `inlineContent` never read.
-const MAX_PER_INLINE: f64 = 4.1;
+/// The bound of an `inlineContent` answer (not proxied): the answer's header map
+/// (two). It was 6.00 while every route with filters copied the request's path and
+/// query, which `status` and `inlineContent` never read, and 4.00 with hyper's
+/// server.
+const MAX_PER_INLINE: f64 = 2.1;
 
 /// One counted case: its route, whether the access log is on, whether the client
 /// speaks h2c, the answer it must get and the bound.

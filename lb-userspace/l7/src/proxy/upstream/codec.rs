@@ -41,6 +41,16 @@ pub(crate) enum RequestFraming {
     Chunked,
 }
 
+impl From<RequestFraming> for Framing {
+    fn from(f: RequestFraming) -> Self {
+        match f {
+            RequestFraming::Empty => Framing::Empty,
+            RequestFraming::Length(n) => Framing::Length(n),
+            RequestFraming::Chunked => Framing::Chunked,
+        }
+    }
+}
+
 /// Settles how a request body is framed, fixing `headers` to say so. `empty`: the
 /// body is known to have ended (`is_end_stream`); `exact`: its exact length when
 /// known.
@@ -106,7 +116,8 @@ pub(crate) fn encode_head(method: &Method, uri: &Uri, headers: &HeaderMap, out: 
     out.extend_from_slice(b"\r\n");
 }
 
-/// How a response body is delimited (RFC 9112 §6.3).
+/// How a message body is delimited (RFC 9112 §6.3): a response's as read from a
+/// backend, and either one as written ([`crate::proxy::writer`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Framing {
     /// No body: HEAD, 1xx, 204, 304, `Content-Length: 0`, an upgrade.

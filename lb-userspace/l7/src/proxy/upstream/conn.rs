@@ -45,9 +45,11 @@ use super::{
     chunked::{Decoded, Decoder},
     codec::{self, Framing},
     error::ClientError,
-    write::{WriteError, Writer},
 };
-use crate::proxy::body::UpBody;
+use crate::proxy::{
+    body::UpBody,
+    writer::{WriteError, Writer},
+};
 
 /// The read buffer's first size, and how much it grows by at least.
 const READ_SIZE: usize = 8 * 1024;
@@ -149,7 +151,7 @@ impl Conn {
         codec::encode_head(&method, &uri, &headers, &mut self.wbuf);
         // The request's map, emptied, takes the response's fields: no new map.
         headers.clear();
-        let mut writer = Some(Writer::new(body, framing));
+        let mut writer = Some(Writer::new(body, framing.into()));
         let mut write_error = None;
         let head = poll_fn(|cx| {
             let head = self.poll_head(
@@ -197,7 +199,7 @@ impl Conn {
     fn poll_head(
         &mut self,
         cx: &mut Context<'_>,
-        writer: &mut Option<Writer>,
+        writer: &mut Option<Writer<UpBody>>,
         write_error: &mut Option<io::Error>,
         method: &Method,
         headers: &mut HeaderMap,
@@ -212,7 +214,12 @@ impl Conn {
                     *writer = None;
                     *write_error = Some(e);
                 }
-                Poll::Ready(Err(WriteError::Body(e))) => return Poll::Ready(Err(e)),
+                Poll::Ready(Err(WriteError::Body(e))) => {
+                    return Poll::Ready(Err(ClientError::RequestBody(e)));
+                }
+                Poll::Ready(Err(WriteError::Length)) => {
+                    return Poll::Ready(Err(ClientError::RequestBodyLength));
+                }
                 Poll::Pending => {}
             }
         }
@@ -297,7 +304,7 @@ pub struct ResponseBody {
     /// `None` once given back or closed.
     conn: Option<Box<Conn>>,
     /// The request, while its body is still being written.
-    writer: Option<Box<Writer>>,
+    writer: Option<Box<Writer<UpBody>>>,
     kind: Kind,
     /// The head allowed keep-alive and the request went out whole so far.
     reusable: bool,
@@ -376,7 +383,12 @@ impl Body for ResponseBody {
                         this.writer = None;
                         this.reusable = false;
                     }
-                    Poll::Ready(Err(WriteError::Body(e))) => return this.fail(e),
+                    Poll::Ready(Err(WriteError::Body(e))) => {
+                        return this.fail(ClientError::RequestBody(e));
+                    }
+                    Poll::Ready(Err(WriteError::Length)) => {
+                        return this.fail(ClientError::RequestBodyLength);
+                    }
                     Poll::Pending => {}
                 }
             }

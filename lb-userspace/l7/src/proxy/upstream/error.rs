@@ -20,7 +20,7 @@ pub enum ClientError {
     Malformed(#[source] Malformed),
     /// The request body could not be read (the client's framing or connection).
     #[error("reading the request body for the backend")]
-    RequestBody(#[source] hyper::Error),
+    RequestBody(#[source] crate::proxy::client_body::ClientBodyError),
     /// The request body is longer or shorter than its Content-Length.
     #[error("the request body does not match its Content-Length")]
     RequestBodyLength,

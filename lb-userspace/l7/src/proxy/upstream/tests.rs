@@ -440,7 +440,7 @@ async fn front(backend: SocketAddr) -> SocketAddr {
                         );
                     }
                     UpBody::Client {
-                        body,
+                        body: crate::proxy::client_body::ClientBody::Hyper(body),
                         failed: Arc::default(),
                     }
                 };

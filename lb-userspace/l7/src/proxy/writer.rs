@@ -1,10 +1,16 @@
-//! Writing a request to a backend: the head (already in the connection's write
-//! buffer), then the body frame by frame, with a Content-Length or chunked as
-//! [`RequestFraming`] says. The head goes out with the body's first frame when that
-//! is there at once, and a chunk with its size line and CRLF in one vectored write.
+//! Writing an HTTP/1 message: the head (already in the connection's write buffer),
+//! then the body frame by frame, delimited as its [`Framing`] says. Both directions
+//! use it: a request to a backend ([`super::upstream`]) and a response to a client
+//! ([`super::h1`]).
+//!
+//! The head goes out with the body's first frame when that is there at once, and a
+//! chunk with its size line and CRLF, in one vectored write: a small message is one
+//! `writev`. Trailers are not sent: the `Trailer` field that would announce them is
+//! hop-by-hop, and hyper, which wrote both directions before, sent only announced
+//! ones.
 
 use std::{
-    io::{self, IoSlice, Write as _},
+    io::{self, IoSlice},
     pin::Pin,
     task::{Context, Poll, ready},
 };
@@ -13,28 +19,30 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use tokio::{io::AsyncWrite, net::TcpStream};
 
-use super::{codec::RequestFraming, error::ClientError};
-use crate::proxy::body::UpBody;
+use super::upstream::Framing;
 
-/// Why writing the request stopped.
-pub(super) enum WriteError {
+/// Why writing a message stopped.
+#[derive(Debug)]
+pub(crate) enum WriteError<E> {
     /// The socket failed.
     Io(io::Error),
-    /// The request body failed or does not match its length.
-    Body(ClientError),
+    /// The body failed.
+    Body(E),
+    /// The body is longer or shorter than its Content-Length.
+    Length,
 }
 
-/// The request on its way out: the head (in the connection's `wbuf`), then the body
-/// frame by frame, coded as [`RequestFraming`] says.
+/// A message on its way out: the head (in the connection's `wbuf`), then the body
+/// frame by frame, coded as [`Framing`] says.
 #[derive(Debug)]
-pub(super) struct Writer {
-    body: UpBody,
-    framing: RequestFraming,
+pub(crate) struct Writer<B> {
+    body: B,
+    framing: Framing,
     /// Body bytes still to come for a Content-Length.
     left: u64,
     /// Bytes of `wbuf` already written.
     written: usize,
-    /// Data of the current chunk not yet written.
+    /// Data of the current piece not yet written.
     data: Bytes,
     /// What follows the data (CRLF, the last chunk), not yet written.
     tail: &'static [u8],
@@ -42,12 +50,15 @@ pub(super) struct Writer {
     ended: bool,
 }
 
-impl Writer {
-    pub(super) fn new(body: UpBody, framing: RequestFraming) -> Self {
+impl<B> Writer<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    pub(crate) fn new(body: B, framing: Framing) -> Self {
         let (left, ended) = match framing {
-            RequestFraming::Empty => (0, true),
-            RequestFraming::Length(n) => (n, n == 0),
-            RequestFraming::Chunked => (0, false),
+            Framing::Empty => (0, body.is_end_stream()),
+            Framing::Length(n) => (n, n == 0),
+            Framing::Chunked | Framing::Close => (0, false),
         };
         Self {
             body,
@@ -60,21 +71,21 @@ impl Writer {
         }
     }
 
-    /// Writes until the whole request is out (`Ready(Ok)`), or the socket or body
+    /// Writes until the whole message is out (`Ready(Ok)`), or the socket or body
     /// makes us wait. The head goes out with the body's first frame when that is
     /// ready at once.
-    pub(super) fn poll(
+    pub(crate) fn poll(
         &mut self,
         cx: &mut Context<'_>,
         stream: &mut TcpStream,
         wbuf: &mut Vec<u8>,
-    ) -> Poll<Result<(), WriteError>> {
+    ) -> Poll<Result<(), WriteError<B::Error>>> {
         loop {
             // Take the next frame before writing what is there, so that it goes in
             // the same write; a body that has none ready yet waits for the next turn.
             if !self.ended && self.data.is_empty() && self.tail.is_empty() {
                 match Pin::new(&mut self.body).poll_frame(cx) {
-                    Poll::Ready(frame) => self.take(frame, wbuf).map_err(WriteError::Body)?,
+                    Poll::Ready(frame) => self.take(frame, wbuf)?,
                     Poll::Pending if self.written == wbuf.len() => return Poll::Pending,
                     Poll::Pending => {}
                 }
@@ -117,40 +128,38 @@ impl Writer {
     /// Codes the body's next frame for writing.
     fn take(
         &mut self,
-        frame: Option<Result<Frame<Bytes>, hyper::Error>>,
+        frame: Option<Result<Frame<Bytes>, B::Error>>,
         wbuf: &mut Vec<u8>,
-    ) -> Result<(), ClientError> {
+    ) -> Result<(), WriteError<B::Error>> {
         let data = match frame {
             None => {
                 self.ended = true;
                 return match self.framing {
-                    RequestFraming::Length(_) => Err(ClientError::RequestBodyLength),
-                    RequestFraming::Chunked => {
+                    Framing::Length(_) => Err(WriteError::Length),
+                    Framing::Chunked => {
                         self.tail = b"0\r\n\r\n";
                         Ok(())
                     }
-                    RequestFraming::Empty => Ok(()),
+                    Framing::Empty | Framing::Close => Ok(()),
                 };
             }
-            Some(Err(e)) => return Err(ClientError::RequestBody(e)),
-            // Trailers are not sent: hyper's client sent only those a Trailer header
-            // announced, and that header is hop-by-hop.
+            Some(Err(e)) => return Err(WriteError::Body(e)),
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) if !data.is_empty() => data,
                 _ => return Ok(()),
             },
         };
         match self.framing {
-            RequestFraming::Length(_) => {
+            Framing::Length(_) => {
                 let len = data.len() as u64;
                 if len > self.left {
-                    return Err(ClientError::RequestBodyLength);
+                    return Err(WriteError::Length);
                 }
                 self.left -= len;
                 self.ended = self.left == 0;
             }
-            RequestFraming::Chunked => {
-                let _ = write!(wbuf, "{:X}\r\n", data.len());
+            Framing::Chunked => {
+                chunk_size(data.len(), wbuf);
                 if self.body.is_end_stream() {
                     self.tail = b"\r\n0\r\n\r\n";
                     self.ended = true;
@@ -158,9 +167,51 @@ impl Writer {
                     self.tail = b"\r\n";
                 }
             }
-            RequestFraming::Empty => return Ok(()),
+            Framing::Close => self.ended = self.body.is_end_stream(),
+            // A body where none may go (HEAD, 204, 304): dropped, as hyper did.
+            Framing::Empty => {
+                self.ended = self.body.is_end_stream();
+                return Ok(());
+            }
         }
         self.data = data;
         Ok(())
+    }
+}
+
+/// Appends a chunk's size line (hex digits and CRLF).
+fn chunk_size(len: usize, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = len;
+    loop {
+        i -= 1;
+        digits[i] = HEX[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn chunk_sizes_are_upper_case_hex() {
+        for (n, text) in [
+            (0, "0"),
+            (9, "9"),
+            (10, "A"),
+            (255, "FF"),
+            (4096, "1000"),
+            (usize::MAX, "FFFFFFFFFFFFFFFF"),
+        ] {
+            let mut out = Vec::new();
+            super::chunk_size(n, &mut out);
+            assert_eq!(out, format!("{text}\r\n").as_bytes());
+        }
     }
 }
