@@ -75,10 +75,11 @@ pub(super) struct Outgoing<'a> {
     /// When the request's handling started: the first attempt's response-head
     /// deadline counts from it (microseconds before the send, one clock read less).
     pub started: Instant,
-    /// No filter of the route sees the response: a pooled backend connection's
-    /// response comes without hop-by-hop fields ([`upstream::send`]), and the
-    /// handler need not strip them.
-    pub drop_hop_by_hop: bool,
+    /// What becomes of a pooled backend connection's response fields
+    /// ([`upstream::send`]): when no filter of the route sees them they come without
+    /// hop-by-hop ones (the handler need not strip them), and for an HTTP/1 client
+    /// they stay in the head's bytes, to be written to the client as they came.
+    pub head_mode: upstream::HeadMode,
 }
 
 /// Sends the request to the pool's pick; when connecting fails and the request may
@@ -96,7 +97,7 @@ pub(super) async fn forward(
         client,
         now,
         started,
-        drop_hop_by_hop,
+        head_mode,
     } = out;
     let http::request::Parts {
         method,
@@ -124,7 +125,7 @@ pub(super) async fn forward(
         body,
         failed: Arc::clone(failed),
     });
-    let host = upstream_head(&mut headers, &uri, ex, client, bodiless);
+    let host = upstream_head(&mut headers, &uri, ex, bodiless);
     // skipper's `backendTimeout` is one deadline for every attempt.
     let deadline = ex
         .backend_timeout
@@ -204,7 +205,11 @@ pub(super) async fn forward(
                 tokio::time::Instant::from_std,
             );
             let timeout = state.shared.limits.connect_timeout;
-            match upstream::send(addr, timeout, until, req, drop_hop_by_hop).await {
+            let forwarded = headers::Forwarded {
+                client,
+                proto: "http",
+            };
+            match upstream::send(addr, timeout, until, req, head_mode, Some(forwarded)).await {
                 Err(upstream::SendError::Timeout) => Err(()),
                 sent => Ok(sent.map_err(SendFailure::Pooled)),
             }
@@ -212,6 +217,7 @@ pub(super) async fn forward(
             // Both of hyper-util's pools answer with the same future type: a plain
             // request pays one branch for TLS existing.
             let worker = super::workers::current();
+            headers::add_forwarded(req.headers_mut(), client, "http");
             let sent = if endpoint.tls {
                 state.shared.tls_clients[worker].request(req)
             } else {
@@ -305,14 +311,14 @@ fn is_idempotent(m: &Method) -> bool {
 
 /// Turns the client's headers into the backend's, in place: the filters' edits first
 /// (as skipper's filters change the request before the proxy maps it), hop-by-hop
-/// headers out, `Transfer-Encoding: chunked` for a body without a length,
-/// X-Forwarded-For/-Proto. Returns the Host to send; `None`: each attempt's
-/// endpoint's own `host:port`.
+/// headers out, `Transfer-Encoding: chunked` for a body without a length. Returns
+/// the Host to send; `None`: each attempt's endpoint's own `host:port`.
+/// X-Forwarded-For/-Proto come per attempt: written with the head for our own pool,
+/// put into the map for hyper-util's ([`headers::add_forwarded`]).
 pub(crate) fn upstream_head(
     headers: &mut http::HeaderMap,
     uri: &Uri,
     ex: &Exchange,
-    client: &HeaderValue,
     bodiless: bool,
 ) -> Option<HeaderValue> {
     // The client's Host, read before a filter's edits could drop it, and only when it
@@ -336,7 +342,6 @@ pub(crate) fn upstream_head(
             HeaderValue::from_static("chunked"),
         );
     }
-    headers::add_forwarded(headers, client, "http");
     let host = match &ex.host {
         UpstreamHost::Backend => None,
         UpstreamHost::Incoming => incoming_host.filter(|h| !h.is_empty()),

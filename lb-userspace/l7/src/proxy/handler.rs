@@ -19,7 +19,7 @@ use super::{
     record::LogRecord,
     service::ServiceState,
     tunnel,
-    upstream::BackendBody,
+    upstream::{BackendBody, HeadMode},
 };
 use crate::{
     accesslog::StatusSet,
@@ -163,7 +163,12 @@ impl ServiceState {
                     client: &client.forwarded,
                     now: time,
                     started,
-                    drop_hop_by_hop: bare,
+                    head_mode: match (bare, version) {
+                        (false, _) => HeadMode::Map,
+                        // hyper's HTTP/2 server writes the response from its map.
+                        (true, Version::HTTP_2) => HeadMode::Bare,
+                        (true, _) => HeadMode::Raw,
+                    },
                 };
                 match forward(self, pool, out).await {
                     Ok((r, inflight)) => {

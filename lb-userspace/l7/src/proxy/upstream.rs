@@ -39,6 +39,7 @@ mod codec;
 mod conn;
 mod error;
 pub mod fuzz;
+mod raw;
 
 use std::{
     cell::{Cell, RefCell},
@@ -56,7 +57,9 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 pub(crate) use codec::Framing;
+pub use codec::HeadMode;
 pub(crate) use error::{ClientError, Malformed};
+pub(crate) use raw::RawHead;
 
 use super::{body::UpBody, coarse};
 use conn::{Conn, ResponseBody};
@@ -159,6 +162,15 @@ impl BackendBody {
     pub fn unpooled(body: Incoming) -> Self {
         Self::Hyper(body)
     }
+
+    /// The response head's fields as they came, if they were left in its bytes
+    /// ([`HeadMode::Raw`]).
+    pub(crate) fn take_raw_head(&mut self) -> Option<RawHead> {
+        match self {
+            BackendBody::Pooled(b) => b.take_raw_head(),
+            BackendBody::Hyper(_) => None,
+        }
+    }
 }
 
 impl Body for BackendBody {
@@ -224,9 +236,10 @@ pub fn deadline_from(start: tokio::time::Instant, after: Duration) -> tokio::tim
 /// Sends `req` (origin-form target, Host set) to the backend at `addr`: on an idle
 /// pooled connection if there is one, else on a new one (connecting within
 /// `connect_timeout`). The response head must be in by `until`. The response's body
-/// gives the connection back. With `drop_hop_by_hop`, the response's map comes
-/// without hop-by-hop fields (see [`codec::parse_head`]), for a route whose filters
-/// do not see it.
+/// gives the connection back. `mode` says what becomes of the response's fields (see
+/// [`HeadMode`]): without hop-by-hop ones, or left in the head's bytes, for a route
+/// whose filters do not see them. `forwarded`: X-Forwarded-* fields to add as the
+/// head is written (see [`crate::proxy::headers::write_fields`]).
 ///
 /// # Errors
 /// See [`SendError`].
@@ -235,7 +248,8 @@ pub async fn send(
     connect_timeout: Duration,
     until: tokio::time::Instant,
     req: Request<UpBody>,
-    drop_hop_by_hop: bool,
+    mode: HeadMode,
+    forwarded: Option<crate::proxy::headers::Forwarded<'_>>,
 ) -> Result<Response<BackendBody>, SendError> {
     let conn = match take(addr) {
         Some(conn) => conn,
@@ -246,7 +260,7 @@ pub async fn send(
         }
     };
     let resp = conn
-        .send(req, until, drop_hop_by_hop)
+        .send(req, until, mode, forwarded)
         .await
         .map_err(|e| match e {
             ClientError::TimedOut => SendError::Timeout,

@@ -181,14 +181,13 @@ fn run(c: &Case) -> Result<(), String> {
             };
             let route = plan.route.expect("a forwarded request has a route");
             let mut headers = parts.headers.clone();
-            let host = upstream_head(
+            let host = upstream_head(&mut headers, &parts.uri, &plan.exchange, c.body.is_empty())
+                .unwrap_or_else(|| HeaderValue::from_static("198.18.0.11:80"));
+            crate::proxy::headers::add_forwarded(
                 &mut headers,
-                &parts.uri,
-                &plan.exchange,
                 &crate::proxy::headers::client_value(peer),
-                c.body.is_empty(),
-            )
-            .unwrap_or_else(|| HeaderValue::from_static("198.18.0.11:80"));
+                "http",
+            );
             headers.insert(http::header::HOST, host);
             let target = plan
                 .exchange

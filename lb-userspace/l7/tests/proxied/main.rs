@@ -96,6 +96,11 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+fn find_no_case(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle))
+}
+
 /// A keep-alive client: sends `GET` and reads the whole response (its head, then
 /// Content-Length bytes), asserting the status line's start and the body of `want`
 /// (a 200 with the backend's body unless told otherwise).
@@ -148,7 +153,8 @@ impl Client {
             if let Some(end) = find(&self.buf[..have], b"\r\n\r\n") {
                 let head = &self.buf[..end];
                 assert!(head.starts_with(self.want.status_line), "not the status");
-                let at = find(head, b"content-length: ").expect("a content-length") + 16;
+                // Field names in any case: the backend's own lines pass as they came.
+                let at = find_no_case(head, b"content-length: ").expect("a content-length") + 16;
                 let digits = head[at..].iter().take_while(|b| b.is_ascii_digit());
                 let length = digits.fold(0, |n, d| n * 10 + usize::from(d - b'0'));
                 break (end + 4, length);

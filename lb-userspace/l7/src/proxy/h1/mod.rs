@@ -59,7 +59,9 @@ use respond::{Asked, BodySize, Plan};
 pub use upgrade::{OnUpgrade, Upgraded};
 
 use super::{
+    body::ProxyBody,
     client_body::ClientBody,
+    upstream::RawHead,
     upstream::chunked,
     writer::{WriteError, Writer},
 };
@@ -79,6 +81,21 @@ const MIN_SPARE: usize = 2 * 1024;
 
 /// The largest read while a body streams in.
 const MAX_READ_SIZE: usize = 64 * 1024;
+
+/// A response body that may carry its head's fields as a backend wrote them
+/// ([`crate::proxy::upstream::HeadMode::Raw`]), written to the client as they came.
+pub(crate) trait RawFields {
+    /// The fields, once.
+    fn take_raw_head(&mut self) -> Option<RawHead> {
+        None
+    }
+}
+
+impl RawFields for ProxyBody {
+    fn take_raw_head(&mut self) -> Option<RawHead> {
+        ProxyBody::take_raw_head(self)
+    }
+}
 
 /// How a connection ended without an error.
 #[derive(Debug)]
@@ -172,7 +189,7 @@ impl<S, F, B> Connection<S, F, B>
 where
     S: FnMut(Request<ClientBody>) -> F,
     F: Future<Output = Response<B>>,
-    B: Body<Data = Bytes> + Unpin,
+    B: Body<Data = Bytes> + RawFields + Unpin,
 {
     pub(crate) fn new(io: TcpStream, limits: HeadLimits, service: S) -> Self {
         Self {
@@ -498,7 +515,8 @@ where
 
     /// Encodes the answer's head and starts writing it with its body.
     fn respond(&mut self, response: Response<B>) {
-        let (parts, body) = response.into_parts();
+        let (parts, mut body) = response.into_parts();
+        let raw = body.take_raw_head();
         let size = if body.is_end_stream() {
             BodySize::None
         } else {
@@ -518,7 +536,7 @@ where
         self.expect_continue = false;
         // A connection told to shut down says so in the answer it still gives.
         self.asked.keep_alive &= !self.shutdown;
-        let plan = respond::encode(&parts, size, self.asked, &mut self.wbuf);
+        let plan = respond::encode(&parts, raw.as_ref(), size, self.asked, &mut self.wbuf);
         // The answer's map, emptied, takes the next request's fields: no new map per
         // request (the request's own became the backend response's, see `upstream`).
         let mut headers = parts.headers;
@@ -606,7 +624,7 @@ impl<S, F, B> Future for Connection<S, F, B>
 where
     S: FnMut(Request<ClientBody>) -> F + Unpin,
     F: Future<Output = Response<B>>,
-    B: Body<Data = Bytes> + Unpin,
+    B: Body<Data = Bytes> + RawFields + Unpin,
 {
     type Output = Result<Ended, ConnError>;
 

@@ -18,7 +18,7 @@
 use http::{HeaderMap, Method, StatusCode, Version, header, response::Parts};
 
 use super::{date, head::has_token};
-use crate::proxy::upstream::Framing;
+use crate::proxy::upstream::{Framing, RawHead};
 
 /// What answering a request depends on, from its head.
 #[derive(Clone, Copy, Debug)]
@@ -60,12 +60,28 @@ pub(crate) enum BodySize {
 }
 
 /// Appends the head of `parts` for the request `asked`, and says how the body goes.
-pub(crate) fn encode(parts: &Parts, body: BodySize, asked: Asked, out: &mut Vec<u8>) -> Plan {
+///
+/// `raw`: the backend's own field lines, written before the map's fields (the map
+/// then holds only what the proxy adds); they never have hop-by-hop fields, and come
+/// only for ordinary answers (see [`crate::proxy::upstream::HeadMode::Raw`]).
+pub(crate) fn encode(
+    parts: &Parts,
+    raw: Option<&RawHead>,
+    body: BodySize,
+    asked: Asked,
+    out: &mut Vec<u8>,
+) -> Plan {
     let status = parts.status;
     let headers = &parts.headers;
     let upgrade = asked.connect && status.is_success();
     let chunkable = asked.version == Version::HTTP_11 && can_chunk(asked, status);
-    let framing = framing(headers, body, asked, status, chunkable, upgrade);
+    let given = match raw {
+        Some(r) => r.length,
+        None => headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(super::head::content_length_of),
+    };
+    let framing = framing(headers, given, body, asked, status, chunkable, upgrade);
     let closes = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -83,8 +99,11 @@ pub(crate) fn encode(parts: &Parts, body: BodySize, asked: Asked, out: &mut Vec<
     {
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
-    let mut wrote_length = false;
-    let mut wrote_date = false;
+    let mut wrote_length = raw.is_some_and(|r| r.length.is_some());
+    let mut wrote_date = raw.is_some_and(|r| r.date);
+    if let Some(r) = raw {
+        r.write(out);
+    }
     for (name, value) in headers {
         match *name {
             header::CONTENT_LENGTH => {
@@ -153,6 +172,7 @@ enum Source {
 /// How the body goes, and which field says so.
 fn framing(
     headers: &HeaderMap,
+    given: Option<u64>,
     body: BodySize,
     asked: Asked,
     status: StatusCode,
@@ -163,13 +183,11 @@ fn framing(
     if upgrade || !may_have_length(status) {
         return (Framing::Empty, Source::Unsaid);
     }
-    let given = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(super::head::content_length_of);
     match body {
         // Nothing to send: only a HEAD's answer keeps its field.
         BodySize::None if asked.head && given.is_some() => (Framing::Empty, Source::Field),
         BodySize::None | BodySize::Known(0) if asked.head => (Framing::Empty, Source::Unsaid),
+        BodySize::None if given == Some(0) => (Framing::Empty, Source::Field),
         BodySize::None => (Framing::Empty, Source::Added),
         BodySize::Known(n) if given == Some(n) => (
             if bodied {

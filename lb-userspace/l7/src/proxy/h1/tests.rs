@@ -23,7 +23,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::{ConnError, Connection, Ended, head::HeadLimits};
+use super::{ConnError, Connection, Ended, RawFields, head::HeadLimits};
 use crate::proxy::client_body::ClientBody;
 
 const LIMITS: HeadLimits = HeadLimits {
@@ -39,7 +39,7 @@ async fn serve<S, F, B>(
 where
     S: FnMut(Request<ClientBody>) -> F + Unpin + Send + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = Bytes> + Unpin + Send + 'static,
+    B: Body<Data = Bytes> + RawFields + Unpin + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -374,6 +374,10 @@ async fn answers_without_a_body_keep_or_lose_their_length_as_hypers_did() {
     .await;
     assert!(answer.contains("content-length: 0\r\n"), "{answer}");
 }
+
+impl RawFields for Full<Bytes> {}
+
+impl RawFields for Pieces {}
 
 /// A body of unknown length, its pieces given by the test.
 struct Pieces(tokio::sync::mpsc::Receiver<Result<Bytes, &'static str>>);

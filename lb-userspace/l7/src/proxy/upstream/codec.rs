@@ -22,7 +22,9 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
 
 use super::error::Malformed;
-use crate::proxy::headers::{is_hop_by_hop, lists_only_hop_by_hop, strip_hop_by_hop};
+use crate::proxy::headers::{
+    Forwarded, is_hop_by_hop, lists_only_hop_by_hop, strip_hop_by_hop, write_fields,
+};
 
 /// The longest response head we read.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
@@ -96,8 +98,15 @@ pub(crate) fn request_framing(
 }
 
 /// Appends the request head to `out`: the request line with the origin-form target
-/// (`/` when the URI has no path), every header, the blank line.
-pub(crate) fn encode_head(method: &Method, uri: &Uri, headers: &HeaderMap, out: &mut Vec<u8>) {
+/// (`/` when the URI has no path), every header (X-Forwarded-* as `forwarded` says,
+/// see [`write_fields`]), the blank line.
+pub(crate) fn encode_head(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    forwarded: Option<Forwarded<'_>>,
+    out: &mut Vec<u8>,
+) {
     let target = uri
         .path_and_query()
         .map(|p| p.as_str())
@@ -107,12 +116,7 @@ pub(crate) fn encode_head(method: &Method, uri: &Uri, headers: &HeaderMap, out: 
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    write_fields(headers, forwarded, out);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -142,13 +146,32 @@ pub(crate) struct Head {
     /// Whether the connection may carry another request after this response, as far
     /// as the head says (version, Connection, an upgrade, a close-delimited body).
     pub keep_alive: bool,
+    /// The fields as they came, with [`HeadMode::Raw`] for an ordinary response
+    /// with a body.
+    pub raw: Option<super::raw::RawHead>,
 }
 
 /// Where a header's name and value are in the head's bytes.
 #[derive(Clone, Copy, Default)]
-struct Span {
-    name: (usize, usize),
-    value: (usize, usize),
+pub(crate) struct Span {
+    pub name: (usize, usize),
+    pub value: (usize, usize),
+}
+
+/// What becomes of a response head's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadMode {
+    /// All of them go into the map.
+    Map,
+    /// The map gets them as [`strip_hop_by_hop`] would leave them: hop-by-hop fields
+    /// are not put in (the head still frames the body and says whether the
+    /// connection stays open), and a Connection that lists other names is put in
+    /// and stripped with them.
+    Bare,
+    /// As [`HeadMode::Bare`], but an ordinary response's fields stay in its head's
+    /// bytes for an HTTP/1 client ([`super::raw`]) and the map stays empty. Only
+    /// when it has a body: the connection, which keeps them, stays with the body.
+    Raw,
 }
 
 /// What [`parse_head`] reuses from one response to the next, per worker, not per
@@ -218,12 +241,9 @@ impl Names {
 }
 
 /// Parses the response head at the start of `buf`, skipping informational (1xx,
-/// except 101) responses before it, into `headers` (cleared first). On success the
-/// head's bytes are split off `buf` and the header values share them; `Ok(None)`:
-/// more bytes are needed. With `drop_hop_by_hop`, the map gets the head's fields as
-/// [`strip_hop_by_hop`] would leave them: hop-by-hop fields are not put in (the head
-/// still frames the body and says whether the connection stays open), and a
-/// Connection that lists other names is put in and stripped with them.
+/// except 101) responses before it, into `headers` (cleared first) as `mode` says.
+/// On success the head's bytes are split off `buf` and the header values share them;
+/// `Ok(None)`: more bytes are needed.
 ///
 /// # Errors
 /// A head that does not parse, is too large, or frames its body in a way we refuse.
@@ -233,11 +253,10 @@ pub(crate) fn parse_head(
     buf: &mut BytesMut,
     method: &Method,
     headers: &mut HeaderMap,
-    drop_hop_by_hop: bool,
+    mode: HeadMode,
 ) -> Result<Option<Head>, Malformed> {
     loop {
-        let parsed =
-            SCRATCH.with_borrow_mut(|s| parse_one(buf, method, headers, s, drop_hop_by_hop));
+        let parsed = SCRATCH.with_borrow_mut(|s| parse_one(buf, method, headers, s, mode));
         let Some(head) = parsed? else {
             return Ok(None);
         };
@@ -253,7 +272,7 @@ fn parse_one(
     method: &Method,
     headers: &mut HeaderMap,
     scratch: &mut Scratch,
-    drop_hop_by_hop: bool,
+    mode: HeadMode,
 ) -> Result<Option<Option<Head>>, Malformed> {
     let Scratch { spans, names } = scratch;
     // Never more than MAX_HEAD bytes: a head is refused at the same byte however the
@@ -310,8 +329,39 @@ fn parse_one(
     if !headers.is_empty() {
         headers.clear();
     }
-    let seen = fill(headers, &bytes, spans, names, version, drop_hop_by_hop)?;
+    let raw = (mode == HeadMode::Raw && super::raw::ordinary(status, method))
+        .then(|| super::raw::take(&bytes, spans, version == Version::HTTP_11))
+        .flatten();
+    let (seen, raw) = match raw {
+        Some((raw, seen)) => (
+            Seen {
+                keep_alive: seen.keep_alive,
+                chunked: seen.chunked,
+                length: seen.length,
+            },
+            Some(raw),
+        ),
+        None => (
+            fill(
+                headers,
+                &bytes,
+                spans,
+                names,
+                version,
+                mode != HeadMode::Map,
+            )?,
+            None,
+        ),
+    };
     let framing = framing(status, version, method, &seen)?;
+    let raw = if raw.is_some() && framing == Framing::Empty {
+        // Without a body the response's connection goes back to the pool at once,
+        // before the client's side would write the lines from it: the map it is.
+        fill(headers, &bytes, spans, names, version, true)?;
+        None
+    } else {
+        raw
+    };
     let keep_alive = seen.keep_alive && framing != Framing::Close && !upgrade(status, method);
     let reason =
         reason.and_then(|(s, e)| hyper::ext::ReasonPhrase::try_from(bytes.slice(s..e)).ok());
@@ -321,6 +371,7 @@ fn parse_one(
         reason,
         framing,
         keep_alive,
+        raw,
     })))
 }
 
@@ -438,8 +489,12 @@ fn is_chunked(headers: &HeaderMap) -> bool {
 
 /// Whether a Transfer-Encoding value's last coding is `chunked`.
 fn ends_chunked(value: &HeaderValue) -> bool {
-    value
-        .to_str()
+    ends_chunked_bytes(value.as_bytes())
+}
+
+/// [`ends_chunked`] of a value's bytes.
+pub(crate) fn ends_chunked_bytes(value: &[u8]) -> bool {
+    std::str::from_utf8(value)
         .ok()
         .and_then(|v| v.rsplit(',').next())
         .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
@@ -459,11 +514,16 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Malformed> {
 /// must be digits and equal to every length before; otherwise `length` becomes the
 /// error and stays it.
 fn add_length(value: &HeaderValue, length: &mut Result<Option<u64>, Malformed>) {
+    add_length_bytes(value.as_bytes(), length);
+}
+
+/// [`add_length`] of a value's bytes.
+pub(crate) fn add_length_bytes(value: &[u8], length: &mut Result<Option<u64>, Malformed>) {
     let Ok(known) = length else {
         return;
     };
     let mut now = *known;
-    for item in value.as_bytes().split(|&b| b == b',') {
+    for item in value.split(|&b| b == b',') {
         match decimal(item.trim_ascii()) {
             Some(n) if now.is_none_or(|l| l == n) => now = Some(n),
             _ => {
@@ -491,10 +551,14 @@ fn decimal(digits: &[u8]) -> Option<u64> {
 
 /// Whether a comma-separated header value lists `token` (ASCII case-insensitively).
 fn has_token(value: &HeaderValue, token: &str) -> bool {
+    has_token_bytes(value.as_bytes(), token.as_bytes())
+}
+
+/// [`has_token`] of a value's bytes.
+pub(crate) fn has_token_bytes(value: &[u8], token: &[u8]) -> bool {
     value
-        .as_bytes()
         .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
 #[cfg(test)]

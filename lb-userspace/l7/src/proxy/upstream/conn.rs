@@ -43,11 +43,13 @@ use tokio::{
 use super::{
     SendError,
     chunked::{Decoded, Decoder},
-    codec::{self, Framing},
+    codec::{self, Framing, HeadMode},
     error::ClientError,
+    raw::RawHead,
 };
 use crate::proxy::{
     body::UpBody,
+    headers::Forwarded,
     writer::{WriteError, Writer},
 };
 
@@ -75,6 +77,9 @@ pub(crate) struct Conn {
     wbuf: Vec<u8>,
     /// The current request's deadline for its response head (module docs).
     deadline: Pin<Box<Sleep>>,
+    /// The last response head's fields as they came ([`HeadMode::Raw`]), until the
+    /// client's side takes them.
+    raw: Option<RawHead>,
 }
 
 impl Conn {
@@ -106,6 +111,7 @@ impl Conn {
             read_size: READ_SIZE,
             wbuf: Vec::with_capacity(1024),
             deadline: Box::pin(tokio::time::sleep_until(until)),
+            raw: None,
         }))
     }
 
@@ -135,7 +141,8 @@ impl Conn {
         mut self: Box<Self>,
         req: Request<UpBody>,
         until: Instant,
-        drop_hop_by_hop: bool,
+        mode: HeadMode,
+        forwarded: Option<Forwarded<'_>>,
     ) -> Result<Response<ResponseBody>, ClientError> {
         self.deadline.as_mut().reset(until);
         let (parts, body) = req.into_parts();
@@ -148,7 +155,7 @@ impl Conn {
         let framing =
             codec::request_framing(&mut headers, body.is_end_stream(), body.size_hint().exact());
         self.wbuf.clear();
-        codec::encode_head(&method, &uri, &headers, &mut self.wbuf);
+        codec::encode_head(&method, &uri, &headers, forwarded, &mut self.wbuf);
         // The request's map, emptied, takes the response's fields: no new map.
         headers.clear();
         let mut writer = Some(Writer::new(body, framing.into()));
@@ -160,7 +167,7 @@ impl Conn {
                 &mut write_error,
                 &method,
                 &mut headers,
-                drop_hop_by_hop,
+                mode,
             );
             if head.is_pending() && self.deadline.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Err(ClientError::TimedOut));
@@ -181,6 +188,9 @@ impl Conn {
             Framing::Chunked => Kind::Chunked(Decoder::default()),
             Framing::Close => Kind::Close,
         };
+        // Kept on the connection (boxed, so nothing moves them per request) until the
+        // client's side takes them, before it reads the body.
+        self.raw = head.raw;
         let mut body = ResponseBody {
             conn: Some(self),
             // Boxed (one allocation) only while a request body still streams: the
@@ -203,7 +213,7 @@ impl Conn {
         write_error: &mut Option<io::Error>,
         method: &Method,
         headers: &mut HeaderMap,
-        drop_hop_by_hop: bool,
+        mode: HeadMode,
     ) -> Poll<Result<codec::Head, ClientError>> {
         if let Some(w) = writer {
             match w.poll(cx, &mut self.stream, &mut self.wbuf) {
@@ -225,9 +235,8 @@ impl Conn {
         }
         loop {
             if !self.rbuf.is_empty()
-                && let Some(head) =
-                    codec::parse_head(&mut self.rbuf, method, headers, drop_hop_by_hop)
-                        .map_err(ClientError::Malformed)?
+                && let Some(head) = codec::parse_head(&mut self.rbuf, method, headers, mode)
+                    .map_err(ClientError::Malformed)?
             {
                 return Poll::Ready(Ok(head));
             }
@@ -311,6 +320,11 @@ pub struct ResponseBody {
 }
 
 impl ResponseBody {
+    /// The response head's fields as they came, if they were left in its bytes.
+    pub(crate) fn take_raw_head(&mut self) -> Option<RawHead> {
+        self.conn.as_mut().and_then(|c| c.raw.take())
+    }
+
     /// The body has ended: the connection goes back if it can carry another request.
     fn finish(&mut self) {
         self.kind = Kind::Done;

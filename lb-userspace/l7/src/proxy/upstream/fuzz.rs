@@ -8,8 +8,9 @@ use http::{HeaderMap, Method};
 
 use super::{
     chunked::{Decoded, Decoder},
-    codec::{self, Framing},
+    codec::{self, Framing, HeadMode},
     error::Malformed,
+    raw::RawHead,
 };
 
 /// Header or trailer fields in order, as text names and byte values.
@@ -44,6 +45,27 @@ pub(crate) enum End {
     NoHead,
 }
 
+/// The fields of a raw head's lines, names in lower case as a map has them.
+fn raw_fields(raw: &RawHead) -> Fields {
+    let mut text = Vec::new();
+    raw.write(&mut text);
+    assert!(
+        text.is_empty() || text.ends_with(b"\r\n"),
+        "lines end with CRLF"
+    );
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let line = line.strip_suffix(b"\r").expect("CRLF");
+            let colon = line.iter().position(|&b| b == b':').expect("a name");
+            (
+                String::from_utf8_lossy(&line[..colon]).to_ascii_lowercase(),
+                line[colon + 1..].trim_ascii().to_vec(),
+            )
+        })
+        .collect()
+}
+
 fn fields(map: &HeaderMap) -> Fields {
     map.iter()
         .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
@@ -62,15 +84,15 @@ pub(crate) fn decode_pieces<'a>(
     pieces: impl Iterator<Item = &'a [u8]>,
     method: &Method,
 ) -> Outcome {
-    decode_as(pieces, method, false)
+    decode_as(pieces, method, HeadMode::Map)
 }
 
-/// As [`decode_pieces`], the head's hop-by-hop fields dropped as it is parsed when
-/// `drop_hop_by_hop` (see [`codec::parse_head`]).
+/// As [`decode_pieces`], the head's fields taken as `mode` says (see
+/// [`codec::parse_head`]); raw fields are read back from their text.
 pub(crate) fn decode_as<'a>(
     mut pieces: impl Iterator<Item = &'a [u8]>,
     method: &Method,
-    drop_hop_by_hop: bool,
+    mode: HeadMode,
 ) -> Outcome {
     let mut buf = BytesMut::new();
     let mut map = HeaderMap::new();
@@ -81,7 +103,7 @@ pub(crate) fn decode_as<'a>(
         end: End::NoHead,
     };
     let head = loop {
-        match codec::parse_head(&mut buf, method, &mut map, drop_hop_by_hop) {
+        match codec::parse_head(&mut buf, method, &mut map, mode) {
             Ok(Some(head)) => break head,
             Ok(None) => match pieces.next() {
                 Some(p) => buf.extend_from_slice(p),
@@ -93,11 +115,15 @@ pub(crate) fn decode_as<'a>(
             }
         }
     };
+    let seen = match &head.raw {
+        Some(raw) => raw_fields(raw),
+        None => fields(&map),
+    };
     out.head = Ok(Some((
         head.status.as_u16(),
         head.framing,
         head.keep_alive,
-        fields(&map),
+        seen,
     )));
     let mut more = |buf: &mut BytesMut| match pieces.next() {
         Some(p) => {
@@ -177,12 +203,16 @@ pub fn response(data: &[u8]) {
     assert_eq!(whole, split, "pieces of {piece} bytes");
     // Dropped as parsed, the hop-by-hop fields are the ones stripping the whole map
     // would remove, and nothing else about the response changes.
-    let dropped = decode_as(input.chunks(piece), &method, true);
+    let dropped = decode_as(input.chunks(piece), &method, HeadMode::Bare);
     assert_eq!(
         dropped,
         stripped(&whole),
         "hop-by-hop fields dropped as parsed"
     );
+    // Left in the head's bytes, the fields that go to the client are the same ones
+    // (in the backend's order, where a map groups them by name).
+    let raw = decode_as(input.chunks(piece), &method, HeadMode::Raw);
+    assert_eq!(sorted(raw), sorted(dropped), "raw fields");
     if let Ok(Some((status, framing, keep_alive, _))) = &whole.head {
         assert!(!(100..200).contains(status) || *status == 101);
         match framing {
@@ -194,6 +224,14 @@ pub fn response(data: &[u8]) {
             _ => {}
         }
     }
+}
+
+/// `outcome` with its head's fields in a fixed order.
+fn sorted(mut outcome: Outcome) -> Outcome {
+    if let Ok(Some((_, _, _, fields))) = &mut outcome.head {
+        fields.sort();
+    }
+    outcome
 }
 
 /// `outcome` with its head's fields as [`strip_hop_by_hop`] leaves them, in the

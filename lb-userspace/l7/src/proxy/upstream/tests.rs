@@ -28,7 +28,15 @@ async fn send(
     until: tokio::time::Instant,
     req: Request<UpBody>,
 ) -> Result<http::Response<BackendBody>, SendError> {
-    super::send(addr, connect_timeout, until, req, false).await
+    super::send(
+        addr,
+        connect_timeout,
+        until,
+        req,
+        super::HeadMode::Map,
+        None,
+    )
+    .await
 }
 
 const BIG: usize = 4 << 20;

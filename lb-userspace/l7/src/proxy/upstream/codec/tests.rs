@@ -9,7 +9,9 @@ use super::super::{
     error::Malformed,
     fuzz::{End, Outcome, decode, decode_pieces},
 };
-use super::{Framing, MAX_HEAD, RequestFraming, encode_head, parse_head, request_framing};
+use super::{
+    Framing, HeadMode, MAX_HEAD, RequestFraming, encode_head, parse_head, request_framing,
+};
 
 /// Decodes `input` whole, and checks that every way of splitting it (a byte at a
 /// time; in two at each byte) decodes the same.
@@ -358,7 +360,7 @@ fn a_parsed_head_leaves_the_body_in_the_buffer() {
     let start = buf.as_ptr().addr();
     let mut headers = HeaderMap::new();
     headers.insert("x-left-over", HeaderValue::from_static("from the request"));
-    let head = parse_head(&mut buf, &Method::GET, &mut headers, false)
+    let head = parse_head(&mut buf, &Method::GET, &mut headers, HeadMode::Map)
         .expect("parses")
         .expect("whole");
     assert_eq!(&buf[..], b"hello");
@@ -372,7 +374,7 @@ fn a_parsed_head_leaves_the_body_in_the_buffer() {
         "a reason phrase of its own is kept"
     );
     let mut canonical = BytesMut::from(&b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"[..]);
-    let head = parse_head(&mut canonical, &Method::GET, &mut headers, false)
+    let head = parse_head(&mut canonical, &Method::GET, &mut headers, HeadMode::Map)
         .expect("parses")
         .expect("whole");
     assert!(head.reason.is_none());
@@ -386,13 +388,19 @@ fn request_heads_are_written_as_hyper_wrote_them() {
     headers.append("x-a", HeaderValue::from_static("2"));
     let mut out = Vec::new();
     let uri: Uri = "/p/q?x=1&y".parse().expect("uri");
-    encode_head(&Method::PATCH, &uri, &headers, &mut out);
+    encode_head(&Method::PATCH, &uri, &headers, None, &mut out);
     assert_eq!(
         String::from_utf8_lossy(&out),
         "PATCH /p/q?x=1&y HTTP/1.1\r\nhost: b:80\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
     );
     out.clear();
-    encode_head(&Method::GET, &Uri::default(), &HeaderMap::new(), &mut out);
+    encode_head(
+        &Method::GET,
+        &Uri::default(),
+        &HeaderMap::new(),
+        None,
+        &mut out,
+    );
     assert_eq!(out, b"GET / HTTP/1.1\r\n\r\n");
 }
 
@@ -538,7 +546,7 @@ fn names_kept_from_earlier_heads_never_rename_a_field() {
     let fields = |text: &str| {
         let mut buf = BytesMut::from(text.as_bytes());
         let mut headers = HeaderMap::new();
-        parse_head(&mut buf, &Method::GET, &mut headers, false)
+        parse_head(&mut buf, &Method::GET, &mut headers, HeadMode::Map)
             .expect("parses")
             .expect("whole");
         headers
@@ -575,7 +583,7 @@ fn hop_by_hop_fields_dropped_as_parsed() {
     let parsed = |text: &str| {
         let mut buf = BytesMut::from(text.as_bytes());
         let mut headers = HeaderMap::new();
-        let head = parse_head(&mut buf, &Method::GET, &mut headers, true)
+        let head = parse_head(&mut buf, &Method::GET, &mut headers, HeadMode::Bare)
             .expect("parses")
             .expect("whole");
         let mut names: Vec<String> = headers.keys().map(|n| n.as_str().to_owned()).collect();
@@ -623,4 +631,83 @@ fn hop_by_hop_fields_dropped_as_parsed() {
         parsed(old),
         (Framing::Empty, true, vec!["content-length".into()])
     );
+}
+
+/// Heads left in their bytes for an HTTP/1 client: the kept lines are the backend's
+/// own, hop-by-hop ones cut out wherever they are, and what is not an ordinary
+/// answer (or has a line we would not copy) goes into the map instead.
+#[test]
+fn raw_heads_keep_the_backends_lines_but_hop_by_hop_ones() {
+    let raw = |text: &str, method: Method| {
+        let mut buf = BytesMut::from(text.as_bytes());
+        let mut headers = HeaderMap::new();
+        let head = parse_head(&mut buf, &method, &mut headers, HeadMode::Raw)
+            .expect("parses")
+            .expect("whole");
+        let lines = head.raw.as_ref().map(|r| (r.text(), r.length, r.date));
+        (lines, headers.len(), head.framing, head.keep_alive)
+    };
+    assert_eq!(
+        raw(
+            "HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 07 Dec 2026 17:00:00 GMT\r\n\
+             Content-Length: 2\r\nConnection: keep-alive\r\n\r\nok",
+            Method::GET
+        ),
+        (
+            Some((
+                "Server: nginx\r\nDate: Mon, 07 Dec 2026 17:00:00 GMT\r\nContent-Length: 2\r\n"
+                    .into(),
+                Some(2),
+                true
+            )),
+            0,
+            Framing::Length(2),
+            true
+        )
+    );
+    // Dropped lines in the middle; a chunked body's coding is the backend's hop.
+    assert_eq!(
+        raw(
+            "HTTP/1.1 404 Not Found\r\nX-A: 1\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\n\
+             X-B:  two words  \r\nUpgrade: h2c\r\n\r\n",
+            Method::POST
+        ),
+        (
+            Some(("X-A: 1\r\nX-B:  two words  \r\n".into(), None, false)),
+            0,
+            Framing::Chunked,
+            true
+        )
+    );
+    // Into the map: answers whose length fields have rules of their own, a
+    // Connection naming another field, bare LF line ends, and no body.
+    for (text, method) in [
+        ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", Method::HEAD),
+        ("HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n", Method::GET),
+        (
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+            Method::GET,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: x-a\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+        ),
+        (
+            "HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 0\n\n",
+            Method::GET,
+        ),
+        // No body: the connection goes back to the pool before the lines are written.
+        (
+            "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+        ),
+    ] {
+        let (lines, fields, _, _) = raw(text, method.clone());
+        assert_eq!(lines, None, "{text:?} to {method}");
+        assert!(fields > 0, "{text:?}: the fields went into the map");
+    }
 }
