@@ -33,6 +33,7 @@
 
 mod date;
 mod feed;
+pub mod fuzz;
 pub(crate) mod head;
 mod respond;
 #[cfg(test)]
