@@ -39,6 +39,8 @@ mod respond;
 #[cfg(test)]
 mod tests;
 pub mod upgrade;
+#[cfg(test)]
+mod vs_hyper;
 
 use std::{
     future::Future,
