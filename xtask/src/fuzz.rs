@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::cmd;
 
 /// The targets, as `fuzz/fuzz_targets/<name>.rs` names them.
-pub const TARGETS: [&str; 8] = [
+pub const TARGETS: [&str; 9] = [
     "endpointslice",
     "etcd_value",
     "config_toml",
@@ -20,6 +20,7 @@ pub const TARGETS: [&str; 8] = [
     "timestamp",
     "key_template",
     "h1_response",
+    "h1_request",
 ];
 
 /// Runs `targets` (all when empty) for `seconds` each.

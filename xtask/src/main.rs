@@ -62,7 +62,7 @@ enum Command {
     },
     /// Fuzz every parser of untrusted text (EndpointSlices, etcd values, the config,
     /// eskip routes, durations, timestamps, consistent-hash key templates, backends'
-    /// HTTP/1.1 responses) with cargo-fuzz on nightly, installing cargo-fuzz first if
+    /// HTTP/1.1 responses, clients' HTTP/1.x requests) with cargo-fuzz on nightly, installing cargo-fuzz first if
     /// needed. Crashes become regression seeds that `cargo test` replays.
     Fuzz {
         /// How long to run each target.

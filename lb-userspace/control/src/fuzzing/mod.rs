@@ -13,7 +13,8 @@ mod targets;
 mod tests;
 
 pub use targets::{
-    config_toml, duration, endpointslice, eskip, etcd_value, h1_response, key_template, timestamp,
+    config_toml, duration, endpointslice, eskip, etcd_value, h1_request, h1_response, key_template,
+    timestamp,
 };
 
 /// A fuzz entry: takes any bytes, panics only on a bug.
@@ -29,4 +30,5 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("timestamp", timestamp),
     ("key_template", key_template),
     ("h1_response", h1_response),
+    ("h1_request", h1_request),
 ];

@@ -255,3 +255,12 @@ pub fn key_template(data: &[u8]) {
 pub fn h1_response(data: &[u8]) {
     lb_l7::proxy::fuzz_backend_response(data);
 }
+
+/// A client's bytes to the proxy's own HTTP/1.x server: the request head parser and
+/// the request body decoding, fed in pieces as reads bring them, pipelined requests
+/// included (see `lb_l7::proxy::fuzz_client_request`: the first byte picks the head
+/// limits and the piece size; the outcome must not depend on the pieces, and every
+/// head must agree with its own fields).
+pub fn h1_request(data: &[u8]) {
+    lb_l7::proxy::fuzz_client_request(data);
+}

@@ -38,6 +38,11 @@ mod writer;
 #[doc(hidden)]
 pub use upstream::fuzz::response as fuzz_backend_response;
 
+/// The fuzz target `h1_request`: a client's bytes through the request head parser
+/// and the request body decoding of the proxy's own HTTP/1.x server.
+#[doc(hidden)]
+pub use h1::fuzz::request as fuzz_client_request;
+
 use std::{
     collections::HashMap,
     net::SocketAddr,

@@ -33,11 +33,14 @@
 
 mod date;
 mod feed;
+pub mod fuzz;
 pub(crate) mod head;
 mod respond;
 #[cfg(test)]
 mod tests;
 pub mod upgrade;
+#[cfg(test)]
+mod vs_hyper;
 
 use std::{
     future::Future,
