@@ -247,9 +247,13 @@ async fn serve(
     let mut draining = false;
     let mut shut = false;
     let mut headless = true;
-    // The stop signals and the idle timer are polled only when they fired, not on
-    // every wake-up of this task (see `woken`).
+    // The stop signals, the timers and the eviction notice are polled only when they
+    // fired, not on every wake-up of this task (see `woken`): the first head's timer
+    // and the notice wait the whole `header_timeout` (10 s by default) after a
+    // connection's first request, and were polled with each of its requests' reads
+    // and writes meanwhile.
     let (stop_woken, idle_woken) = (Woken::new(), Woken::new());
+    let (head_woken, evict_woken) = (Woken::new(), Woken::new());
     let result = loop {
         // The conditions are read when a round of waiting starts; a head may complete
         // during it, so the branches look again before they close anything.
@@ -269,7 +273,7 @@ async fn serve(
                 Step::H1(r) => break r.map(drop).map_err(ServeError::H1),
                 Step::H2(r) => break r.map_err(ServeError::H2),
             },
-            () = &mut first_head, if headless => {
+            () = OnWake::new(&head_woken, first_head.as_mut()), if headless => {
                 headless = false;
                 if !activity.seen_request() {
                     // Closed without an answer, as nginx does: there is no request to
@@ -280,7 +284,7 @@ async fn serve(
                 // before this head came: look again now the head deadline applies.
                 idle.as_mut().reset(tokio::time::Instant::now());
             }
-            () = evict.notified(), if headless => {
+            () = OnWake::new(&evict_woken, Box::pin(evict.notified())), if headless => {
                 if !activity.seen_request() {
                     break Ok(());
                 }
