@@ -9,7 +9,7 @@ use lb_testbed::{
     http::{EchoBackend, client, client_from, get, raw, send},
     l7::{
         VIP, backend_addr, client_addr, endpoint, namespace, one_backend_proxy, proxy_with,
-        runtime, service, url,
+        runtime, service, url, vip,
     },
 };
 
@@ -276,28 +276,33 @@ fn service_endpoint_updates_and_route_reloads_under_load_fail_no_request() {
     });
 }
 
-/// The default limit of 100 fields holds where the proxy leaves hyper at its own
-/// default (its parse arrays fixed, see `listen`) as it did with the limit told to
-/// hyper: a head of 99 fields passes, one of 100 gets 431 (hyper refuses the field
-/// that fills its last slot; the boundary is the same either way).
+/// The default limit of 100 fields is the proxy's own, as hyper's was and as
+/// `max_headers`' doc says: a head of 100 fields is answered, one of 101 gets 431.
+/// The route answers itself, so no backend's limit is in play (through a backend a
+/// head of 100 fields also carries the X-Forwarded-* fields the proxy adds, and this
+/// test once saw the echo backend's 431 and took it for the proxy's).
 #[test]
 fn the_default_header_count_limit_is_100() {
     lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
-        let (proxy, _backend) = one_backend_proxy(&rt, &L7Config::default());
-        let vip: SocketAddr = format!("{VIP}:80").parse().expect("addr");
+        let mut proxy = proxy_with(&L7Config::default(), None);
+        let routes = r#"ok: * -> inlineContent("fields") -> <shunt>;"#;
+        let errors = proxy.apply(&[service("svc", 80, Some(routes), vec![])]);
+        assert!(errors.is_empty(), "{errors:?}");
         rt.block_on(async {
-            for (fields, status) in [(99, "HTTP/1.1 200"), (100, "HTTP/1.1 431")] {
+            for (fields, status) in [(100, "HTTP/1.1 200"), (101, "HTTP/1.1 431")] {
                 let mut head = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
-                for i in 1..fields {
+                for i in 1..fields - 1 {
                     head.push_str(&format!("X-H{i}: v\r\n"));
                 }
+                // Host and Connection are fields too.
                 head.push_str("Connection: close\r\n\r\n");
-                // Connection is a field too: one fewer X-H.
-                let head = head.replacen(&format!("X-H{}: v\r\n", fields - 1), "", 1);
-                let r = raw(vip, head.as_bytes()).await;
+                let r = raw(vip(80), head.as_bytes()).await;
                 assert!(r.starts_with(status), "{fields} fields: {r:?}");
+                if status.ends_with("200") {
+                    assert!(r.ends_with("fields"), "{r:?}");
+                }
             }
         });
         proxy.shutdown();

@@ -19,11 +19,9 @@
 //! - a body read whole by its length is as long as the length; chunk data is never
 //!   empty.
 //!
-//! One difference by splitting is let through ([`Strictness::Lenient`], what the fuzz
-//! target runs): a head over the size limit is refused with 431 or 414 depending on
-//! whether its request line had ended in the bytes buffered when the limit was
-//! reached (431 when the whole head came in one read). The tests hold it, and an
-//! ignored one wants it gone (`a_long_request_line_gets_the_same_status_…`).
+//! A head over the size limit once got 431 or 414 depending on whether its request
+//! line had ended in the bytes buffered when the limit was reached; the first runs
+//! of this target found it, and now no difference by splitting is let through.
 
 use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version, header};
@@ -91,19 +89,6 @@ pub(crate) struct Outcome {
     /// The refusal's error, when [`End::Refused`] (its variant may differ by split
     /// where the status may not).
     pub refusal: Option<HeadError>,
-}
-
-/// Which differences by splitting [`same`] lets through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Strictness {
-    /// None.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the tests hold the known difference")
-    )]
-    Strict,
-    /// The status of a refusal for size (414 or 431, see the module's docs).
-    Lenient,
 }
 
 /// The limits the fuzz target picks from.
@@ -405,29 +390,23 @@ pub(crate) fn oracle(raw: &[u8], parsed: &head::Parsed, limits: HeadLimits) {
     let keep = connection.iter().any(|v| head::has_token(v, b"keep-alive"));
     let keep_alive = !close && (http11 || keep) && !(!te.is_empty() && !cl.is_empty());
     assert_eq!(parsed.keep_alive, keep_alive, "keep-alive");
-    let expect = all(&header::EXPECT)
-        .last()
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    // Only HTTP/1.1's counts (RFC 9110 §10.1.1).
+    let expect = http11
+        && all(&header::EXPECT)
+            .last()
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     assert_eq!(parsed.expect_continue, expect, "Expect: 100-continue");
 }
 
-/// Whether two outcomes of the same bytes are the same, up to `strictness`;
-/// `Err` says how they differ.
-pub(crate) fn same(a: &Outcome, b: &Outcome, strictness: Strictness) -> Result<(), String> {
+/// Whether two outcomes of the same bytes are the same; `Err` says how they differ.
+pub(crate) fn same(a: &Outcome, b: &Outcome) -> Result<(), String> {
     if a == b {
         return Ok(());
     }
-    let oversize = |o: &Outcome| {
-        matches!(
-            o.refusal,
-            Some(HeadError::TooLarge(_) | HeadError::TargetTooLong)
-        )
-    };
-    // Refusals of the same head that differ only in their status (414 or 431), or
-    // in their error with the same status.
+    // Refusals of the same head that differ only in their error, with the same
+    // status.
     let refusal_only = a.requests == b.requests
-        && matches!((&a.end, &b.end), (End::Refused(x), End::Refused(y))
-            if x == y || strictness == Strictness::Lenient && (oversize(a) || oversize(b)));
+        && matches!((&a.end, &b.end), (End::Refused(x), End::Refused(y)) if x == y);
     if refusal_only {
         return Ok(());
     }
@@ -439,14 +418,14 @@ pub(crate) fn same(a: &Outcome, b: &Outcome, strictness: Strictness) -> Result<(
 /// Whatever it is, nothing panics, every head agrees with its bytes, and the outcome
 /// in pieces is the one of a single read (see the module's docs).
 pub fn request(data: &[u8]) {
-    check(data, Strictness::Lenient);
+    check(data);
 }
 
-/// [`request`]'s checks, with the differences by splitting `strictness` lets through.
+/// [`request`]'s checks.
 ///
 /// # Panics
 /// When a check fails.
-pub(crate) fn check(data: &[u8], strictness: Strictness) {
+pub(crate) fn check(data: &[u8]) {
     let Some((&control, input)) = data.split_first() else {
         return;
     };
@@ -454,7 +433,7 @@ pub(crate) fn check(data: &[u8], strictness: Strictness) {
     let piece = usize::from(control >> 2) + 1;
     let whole = decode(input, limits, input.len());
     let split = decode(input, limits, piece);
-    if let Err(diff) = same(&whole, &split, strictness) {
+    if let Err(diff) = same(&whole, &split) {
         panic!("pieces of {piece} bytes read differently:\n{diff}");
     }
 }

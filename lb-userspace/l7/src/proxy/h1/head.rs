@@ -7,9 +7,10 @@
 //! Transfer-Encoding whose last coding is not `chunked` and any Transfer-Encoding in
 //! HTTP/1.0 are refused (400); with both, Transfer-Encoding wins, the Content-Length
 //! is dropped and the connection closes after the answer (RFC 9112 §6.3). A head
-//! that does not fit in the limit is refused with 431, or with 414 while it is
-//! still on its request line; as many fields as the limit, or more, also get 431.
-//! Anything httparse refuses gets 400.
+//! that does not fit in the limit is refused with 431, or with 414 when its request
+//! line alone does not (whether the bytes came in one read or many); more fields
+//! than the limit also get 431. Anything httparse refuses gets 400. `Expect:
+//! 100-continue` counts only in HTTP/1.1 (RFC 9110 §10.1.1).
 //!
 //! Nothing is copied: the method, target and field values are slices of the head's
 //! bytes, split off the read buffer.
@@ -96,17 +97,19 @@ impl HeadError {
 pub(crate) struct HeadLimits {
     /// Bytes a head may take, request line and fields.
     pub max_bytes: usize,
-    /// Fields a head must stay below.
+    /// The most fields a head may have.
     pub max_fields: usize,
 }
 
 /// Parses the head at the start of `buf`, splitting it off when it is complete.
 /// `Ok(None)`: the head is not complete yet (read more and call again).
 ///
-/// # Errors
-/// [`HeadError`] for a head that must be refused; `buf` is then left as it was.
 /// `spare`: an emptied map to fill, if the caller has one (taken only when the head
 /// is complete).
+///
+/// # Errors
+/// [`HeadError`] for a head that must be refused (its bytes may or may not have been
+/// split off `buf`: the connection closes after the refusal either way).
 pub(crate) fn parse(
     buf: &mut BytesMut,
     limits: HeadLimits,
@@ -124,17 +127,16 @@ pub(crate) fn parse(
     };
     let mut spans = Spans::default();
     let len = {
-        let bytes: &[u8] = buf;
+        // Never more than the limit: a head is refused at the same byte (and for the
+        // same reason) however its bytes arrived, whole or in pieces.
+        let bytes: &[u8] = &buf[..buf.len().min(limits.max_bytes)];
         let mut req = httparse::Request::new(&mut []);
         match httparse::ParserConfig::default()
             .parse_request_with_uninit_headers(&mut req, bytes, slots)
         {
             Ok(httparse::Status::Complete(len)) => {
                 if len > limits.max_bytes {
-                    return Err(HeadError::TooLarge(limits.max_bytes));
-                }
-                if req.headers.len() >= limits.max_fields {
-                    return Err(HeadError::TooManyFields(limits.max_fields));
+                    return Err(too_large(bytes, limits.max_bytes));
                 }
                 spans.record(bytes, &req)?;
                 len
@@ -155,15 +157,16 @@ fn partial(bytes: &[u8], limits: HeadLimits) -> Result<Option<Parsed>, HeadError
     if bytes.len() < limits.max_bytes {
         return Ok(None);
     }
-    if memchr_newline(bytes) {
-        Err(HeadError::TooLarge(limits.max_bytes))
-    } else {
-        Err(HeadError::TargetTooLong)
-    }
+    Err(too_large(bytes, limits.max_bytes))
 }
 
-fn memchr_newline(bytes: &[u8]) -> bool {
-    bytes.contains(&b'\n')
+/// Why a head over `max` bytes is refused: 414 when its request line alone is over
+/// the limit, else 431.
+fn too_large(bytes: &[u8], max: usize) -> HeadError {
+    match bytes.iter().position(|&b| b == b'\n') {
+        Some(line) if line < max => HeadError::TooLarge(max),
+        _ => HeadError::TargetTooLong,
+    }
 }
 
 fn syntax(e: httparse::Error) -> &'static str {
@@ -284,7 +287,7 @@ fn build(head: &Bytes, spans: &Spans, mut headers: HeaderMap) -> Result<Parsed, 
                 }
             }
             header::EXPECT => {
-                expect_continue = value.as_bytes().eq_ignore_ascii_case(b"100-continue");
+                expect_continue = http11 && value.as_bytes().eq_ignore_ascii_case(b"100-continue");
             }
             _ => {}
         }
@@ -317,17 +320,17 @@ fn build(head: &Bytes, spans: &Spans, mut headers: HeaderMap) -> Result<Parsed, 
 /// rule; a list of equal values is refused too).
 pub(crate) fn content_length_of(value: &HeaderValue) -> Option<u64> {
     let b = value.as_bytes();
-    if b.is_empty() || b.len() > 19 {
+    if b.is_empty() {
         return None;
     }
-    let mut n: u64 = 0;
-    for &c in b {
-        if !c.is_ascii_digit() {
-            return None;
+    // Any number of digits (leading zeros too, as hyper reads them), within `u64`.
+    b.iter().try_fold(0u64, |n, &c| {
+        if c.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+        } else {
+            None
         }
-        n = n * 10 + u64::from(c - b'0');
-    }
-    Some(n)
+    })
 }
 
 /// Whether the last coding of a Transfer-Encoding value is `chunked`.

@@ -86,7 +86,9 @@ pub(crate) fn encode(
         .get_all(header::CONNECTION)
         .iter()
         .any(|v| has_token(v, b"close"));
-    let keep_alive = asked.keep_alive && !upgrade && !closes && framing.0 != Framing::Close;
+    // What the head says of the connection; a CONNECT's 2xx says the client's own
+    // choice (as hyper did), though the connection becomes the tunnel either way.
+    let keep_alive = asked.keep_alive && !closes && framing.0 != Framing::Close;
     status_line(parts, asked.version, out);
     if asked.version == Version::HTTP_11 && !keep_alive && !closes {
         out.extend_from_slice(b"connection: close\r\n");
@@ -131,17 +133,14 @@ pub(crate) fn encode(
         }
         field(name.as_str(), value.as_bytes(), out);
     }
-    match (framing.1, framing.0) {
-        (Source::Added, Framing::Chunked) => {
-            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
-        }
-        (Source::Added, Framing::Length(n)) => {
+    match framing.1 {
+        Source::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Source::Length(n) => {
             out.extend_from_slice(b"content-length: ");
             out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        (Source::Added, _) => out.extend_from_slice(b"content-length: 0\r\n"),
-        _ => {}
+        Source::Field | Source::Coding | Source::Unsaid => {}
     }
     if !wrote_date {
         out.extend_from_slice(b"date: ");
@@ -151,7 +150,7 @@ pub(crate) fn encode(
     out.extend_from_slice(b"\r\n");
     Plan {
         framing: framing.0,
-        keep_alive,
+        keep_alive: keep_alive && !upgrade,
         upgrade,
     }
 }
@@ -163,8 +162,10 @@ enum Source {
     Field,
     /// The response's Transfer-Encoding field.
     Coding,
-    /// A field the encoding adds.
-    Added,
+    /// A `content-length` the encoding adds.
+    Length(u64),
+    /// A `transfer-encoding: chunked` the encoding adds.
+    Chunked,
     /// No field says it (no body, or the close ends it).
     Unsaid,
 }
@@ -180,44 +181,30 @@ fn framing(
     upgrade: bool,
 ) -> (Framing, Source) {
     let bodied = can_chunk(asked, status);
+    // A HEAD's answer says the length a GET's would have, and sends nothing.
+    let sized = |n| {
+        if bodied {
+            Framing::Length(n)
+        } else {
+            Framing::Empty
+        }
+    };
     if upgrade || !may_have_length(status) {
         return (Framing::Empty, Source::Unsaid);
     }
     match body {
-        // Nothing to send: only a HEAD's answer keeps its field.
         BodySize::None if asked.head && given.is_some() => (Framing::Empty, Source::Field),
         BodySize::None | BodySize::Known(0) if asked.head => (Framing::Empty, Source::Unsaid),
         BodySize::None if given == Some(0) => (Framing::Empty, Source::Field),
-        BodySize::None => (Framing::Empty, Source::Added),
-        BodySize::Known(n) if given == Some(n) => (
-            if bodied {
-                Framing::Length(n)
-            } else {
-                Framing::Empty
-            },
-            Source::Field,
-        ),
-        BodySize::Known(n) => (
-            if bodied {
-                Framing::Length(n)
-            } else {
-                Framing::Empty
-            },
-            Source::Added,
-        ),
+        BodySize::None => (Framing::Empty, Source::Length(0)),
+        BodySize::Known(n) if given == Some(n) => (sized(n), Source::Field),
+        BodySize::Known(n) => (sized(n), Source::Length(n)),
         BodySize::Unknown => match given {
-            Some(n) => (
-                if bodied {
-                    Framing::Length(n)
-                } else {
-                    Framing::Empty
-                },
-                Source::Field,
-            ),
+            Some(n) => (sized(n), Source::Field),
             None if chunkable && headers.contains_key(header::TRANSFER_ENCODING) => {
                 (Framing::Chunked, Source::Coding)
             }
-            None if chunkable => (Framing::Chunked, Source::Added),
+            None if chunkable => (Framing::Chunked, Source::Chunked),
             // HTTP/1.0: the body ends where the connection does.
             None if bodied => (Framing::Close, Source::Unsaid),
             None => (Framing::Empty, Source::Unsaid),
