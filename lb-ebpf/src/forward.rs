@@ -172,27 +172,48 @@ pub fn resolve(
     cache: Option<*mut NextHop>,
     now: u64,
 ) -> Result<Hop, Verdict> {
-    if let Some(hop) = cache {
-        // SAFETY: this CPU's slot, valid for this run.
-        let hop = unsafe { &*hop };
-        if now < hop.expires_ns && hop.addr == *q.dst {
-            let dmac = (&raw const hop.dmac).cast::<u8>();
-            let smac = (&raw const hop.smac).cast::<u8>();
-            // SAFETY: the fields' bytes, each read aligned (asserted above).
-            let (dmac, smac) = unsafe {
-                (
-                    (dmac.cast::<u32>().read(), dmac.add(4).cast::<u16>().read()),
-                    (smac.cast::<u16>().read(), smac.add(2).cast::<u32>().read()),
-                )
-            };
-            return Ok(Hop {
-                dmac,
-                smac,
-                ifindex: hop.ifindex,
-                mtu: hop.mtu,
-            });
-        }
+    if let Some(hop) = cache.and_then(|hop| cached(hop, q.dst, now)) {
+        return Ok(hop);
     }
+    ask_fib(ctx, q, cache, now)
+}
+
+/// The next hop `cache` holds for `dst`, if it is fresh at `now`.
+#[inline(always)]
+pub fn cached(cache: *mut NextHop, dst: &Addr, now: u64) -> Option<Hop> {
+    // SAFETY: this CPU's slot, valid for this run.
+    let hop = unsafe { &*cache };
+    if now >= hop.expires_ns || hop.addr != *dst {
+        return None;
+    }
+    let dmac = (&raw const hop.dmac).cast::<u8>();
+    let smac = (&raw const hop.smac).cast::<u8>();
+    // SAFETY: the fields' bytes, each read aligned (asserted above).
+    let (dmac, smac) = unsafe {
+        (
+            (dmac.cast::<u32>().read(), dmac.add(4).cast::<u16>().read()),
+            (smac.cast::<u16>().read(), smac.add(2).cast::<u32>().read()),
+        )
+    };
+    Some(Hop {
+        dmac,
+        smac,
+        ifindex: hop.ifindex,
+        mtu: hop.mtu,
+    })
+}
+
+/// The next hop for `q` from the FIB, filling `cache` with it (see [`resolve`]).
+///
+/// # Errors
+/// As [`resolve`].
+#[inline(always)]
+pub fn ask_fib(
+    ctx: &impl Ctx,
+    q: &Query<'_>,
+    cache: Option<*mut NextHop>,
+    now: u64,
+) -> Result<Hop, Verdict> {
     // The parameters live in a per-CPU scratch slot rather than on the stack, where the
     // struct would get a 64-byte memset call per packet. Every input field is written
     // here; the rest are outputs of the helper.

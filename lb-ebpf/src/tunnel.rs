@@ -173,7 +173,13 @@ pub fn to_backend(
         proto: outer.proto,
         tot_len: 0,
     };
-    let hop = match resolve(ctx, &q, backend_id, now) {
+    let cache = crate::maps::NEXT_HOPS.get_ptr_mut(backend_id);
+    // A fresh cached hop is read inline; only the FIB lookup is a call of its own.
+    let hop = match cache.and_then(|hop| forward::cached(hop, q.dst, now)) {
+        Some(hop) => Ok(hop),
+        None => ask_fib(ctx, &q, backend_id, now),
+    };
+    let hop = match hop {
         Ok(hop) => hop,
         // The stack cannot resolve the outer next hop from the inner packet (it would
         // route it to the VIP, which is not here, and answer the client unreachable):
@@ -223,11 +229,11 @@ fn segment_len(ctx: &impl Ctx, pkt: &Packet, segment: u32) -> u32 {
     ip + l4 + segment
 }
 
-/// The next hop of the outer header. Not inlined (as [`encapsulate`]): `lb_xdp`'s
-/// stack frame cannot hold every step at once.
+/// The next hop of the outer header from the FIB (see [`forward::ask_fib`]). Not
+/// inlined (as [`encapsulate`]): `lb_xdp`'s stack frame cannot hold every step at once.
 #[inline(never)]
-fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
-    forward::resolve(ctx, q, crate::maps::NEXT_HOPS.get_ptr_mut(backend_id), now)
+fn ask_fib(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
+    forward::ask_fib(ctx, q, crate::maps::NEXT_HOPS.get_ptr_mut(backend_id), now)
 }
 
 /// The outer headers of one packet, as [`to_backend`] works them out: their family
