@@ -9,7 +9,7 @@ use aya_ebpf::{
         BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup as FibParams,
         xdp_action,
     },
-    helpers::{bpf_fib_lookup, bpf_ktime_get_coarse_ns},
+    helpers::{bpf_fib_lookup, bpf_jiffies64, bpf_ktime_get_coarse_ns},
 };
 use lb_common::Addr;
 use lb_common::{Backend, Counter, maps::BACKEND_F_IPV6};
@@ -17,7 +17,7 @@ use lb_common::{Backend, Counter, maps::BACKEND_F_IPV6};
 use crate::{
     Verdict,
     ctx::Ctx,
-    maps::{CLIENT_HOPS, FIB_SCRATCH, NEXT_HOPS},
+    maps::{CLIENT_HOPS, CLOCK, FIB_SCRATCH, NEXT_HOPS},
     parse::{EthHdr, Packet},
 };
 
@@ -151,12 +151,44 @@ pub fn to_client(ctx: &impl Ctx, pkt: &Packet, client: &Addr, now: u64) -> Verdi
     }
 }
 
+/// The coarse clock as [`now`] last read it on this CPU.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Clock {
+    /// `bpf_jiffies64` when it was read.
+    pub jiffies: u64,
+    /// `bpf_ktime_get_coarse_ns` then.
+    pub ns: u64,
+}
+
 /// Now, on the clock of every deadline in the data plane (`CLOCK_MONOTONIC`,
 /// jiffy-coarse): read once per packet and passed down, a helper call saved per use.
+///
+/// The coarse clock moves only when the tick moves jiffies on, so it is read once per
+/// jiffy and CPU and kept in [`CLOCK`]: `bpf_jiffies64` is no call (the verifier
+/// inlines it as a load, kernel 5.5), and a helper call and its return cost 20-30 ns
+/// on hosts whose kernel mitigates SRSO with "safe RET". The tick moves jiffies just
+/// before it moves the clock, so a packet in between may keep the last tick's time
+/// for one more tick (1-10 ms), against deadlines of 134 ms and more.
 #[inline(always)]
 pub fn now() -> u64 {
-    // SAFETY: a helper without arguments.
-    unsafe { bpf_ktime_get_coarse_ns() }
+    // SAFETY: a helper without arguments (inlined by the verifier).
+    let jiffies = unsafe { bpf_jiffies64() };
+    let Some(clock) = CLOCK.get_ptr_mut(0) else {
+        // SAFETY: as below.
+        return unsafe { bpf_ktime_get_coarse_ns() };
+    };
+    // SAFETY: this CPU's slot, valid for this run; no other CPU writes it.
+    unsafe {
+        if (*clock).jiffies == jiffies && (*clock).ns != 0 {
+            return (*clock).ns;
+        }
+        // SAFETY: a helper without arguments.
+        let ns = bpf_ktime_get_coarse_ns();
+        (*clock).jiffies = jiffies;
+        (*clock).ns = ns;
+        ns
+    }
 }
 
 /// The next hop for `q`: from `cache` (a slot of a per-CPU cache) when it holds `q`'s
@@ -172,27 +204,48 @@ pub fn resolve(
     cache: Option<*mut NextHop>,
     now: u64,
 ) -> Result<Hop, Verdict> {
-    if let Some(hop) = cache {
-        // SAFETY: this CPU's slot, valid for this run.
-        let hop = unsafe { &*hop };
-        if now < hop.expires_ns && hop.addr == *q.dst {
-            let dmac = (&raw const hop.dmac).cast::<u8>();
-            let smac = (&raw const hop.smac).cast::<u8>();
-            // SAFETY: the fields' bytes, each read aligned (asserted above).
-            let (dmac, smac) = unsafe {
-                (
-                    (dmac.cast::<u32>().read(), dmac.add(4).cast::<u16>().read()),
-                    (smac.cast::<u16>().read(), smac.add(2).cast::<u32>().read()),
-                )
-            };
-            return Ok(Hop {
-                dmac,
-                smac,
-                ifindex: hop.ifindex,
-                mtu: hop.mtu,
-            });
-        }
+    if let Some(hop) = cache.and_then(|hop| cached(hop, q.dst, now)) {
+        return Ok(hop);
     }
+    ask_fib(ctx, q, cache, now)
+}
+
+/// The next hop `cache` holds for `dst`, if it is fresh at `now`.
+#[inline(always)]
+pub fn cached(cache: *mut NextHop, dst: &Addr, now: u64) -> Option<Hop> {
+    // SAFETY: this CPU's slot, valid for this run.
+    let hop = unsafe { &*cache };
+    if now >= hop.expires_ns || hop.addr != *dst {
+        return None;
+    }
+    let dmac = (&raw const hop.dmac).cast::<u8>();
+    let smac = (&raw const hop.smac).cast::<u8>();
+    // SAFETY: the fields' bytes, each read aligned (asserted above).
+    let (dmac, smac) = unsafe {
+        (
+            (dmac.cast::<u32>().read(), dmac.add(4).cast::<u16>().read()),
+            (smac.cast::<u16>().read(), smac.add(2).cast::<u32>().read()),
+        )
+    };
+    Some(Hop {
+        dmac,
+        smac,
+        ifindex: hop.ifindex,
+        mtu: hop.mtu,
+    })
+}
+
+/// The next hop for `q` from the FIB, filling `cache` with it (see [`resolve`]).
+///
+/// # Errors
+/// As [`resolve`].
+#[inline(always)]
+pub fn ask_fib(
+    ctx: &impl Ctx,
+    q: &Query<'_>,
+    cache: Option<*mut NextHop>,
+    now: u64,
+) -> Result<Hop, Verdict> {
     // The parameters live in a per-CPU scratch slot rather than on the stack, where the
     // struct would get a 64-byte memset call per packet. Every input field is written
     // here; the rest are outputs of the helper.

@@ -84,6 +84,11 @@ pub static LB_EMBRYONIC_SEED: u32 = 0;
 pub static FIB_SCRATCH: PerCpuArray<aya_ebpf::bindings::bpf_fib_lookup> =
     PerCpuArray::with_max_entries(1, 0);
 
+/// Per-CPU cache of the coarse clock (see `forward::now`): the time it read and the
+/// jiffy it read it in.
+#[map(name = "LB_CLOCK")]
+pub static CLOCK: PerCpuArray<crate::forward::Clock> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU cache of each backend's next hop (see `forward.rs`), by backend id.
 #[map(name = "LB_NEXT_HOPS")]
 pub static NEXT_HOPS: PerCpuArray<crate::forward::NextHop> =

@@ -136,8 +136,8 @@ pub fn steer(ctx: &impl Ctx) -> Verdict {
 /// (inlined there, without a tail call), and `lb_probe`'s, for the node's own health
 /// probes. `now` is [`forward::now`].
 #[inline(always)]
-pub fn to_backend(
-    ctx: &impl Ctx,
+pub fn to_backend<C: Ctx>(
+    ctx: &C,
     pkt: &Packet,
     backend_id: u32,
     backend: &Backend,
@@ -173,7 +173,13 @@ pub fn to_backend(
         proto: outer.proto,
         tot_len: 0,
     };
-    let hop = match resolve(ctx, &q, backend_id, now) {
+    let cache = crate::maps::NEXT_HOPS.get_ptr_mut(backend_id);
+    // A fresh cached hop is read inline; only the FIB lookup is a call of its own.
+    let hop = match cache.and_then(|hop| forward::cached(hop, q.dst, now)) {
+        Some(hop) => Ok(hop),
+        None => ask_fib(ctx, &q, backend_id, now),
+    };
+    let hop = match hop {
         Ok(hop) => hop,
         // The stack cannot resolve the outer next hop from the inner packet (it would
         // route it to the VIP, which is not here, and answer the client unreachable):
@@ -197,9 +203,19 @@ pub fn to_backend(
         return Verdict::unpack(too_big(ctx, pkt, room));
     }
     if pkt.is_syn() {
-        clamp_mss(ctx, pkt, room);
+        if C::SKB {
+            clamp_mss(ctx, pkt, room);
+        } else {
+            clamp(ctx, pkt, room);
+        }
     }
-    let eth = encapsulate(ctx, pkt, &outer, backend);
+    // XDP inlines it: on this kind of host (SRSO "safe RET") a call and its return
+    // cost 20-30 ns. TC keeps the call: its programs' frames have no room for it.
+    let eth = if C::SKB {
+        encapsulate(ctx, pkt, &outer, backend)
+    } else {
+        write_outer(ctx, pkt, &outer, backend)
+    };
     if eth.is_null() {
         return Verdict::drop(Counter::DropMalformed);
     }
@@ -223,11 +239,11 @@ fn segment_len(ctx: &impl Ctx, pkt: &Packet, segment: u32) -> u32 {
     ip + l4 + segment
 }
 
-/// The next hop of the outer header. Not inlined (as [`encapsulate`]): `lb_xdp`'s
-/// stack frame cannot hold every step at once.
+/// The next hop of the outer header from the FIB (see [`forward::ask_fib`]). Not
+/// inlined (as [`encapsulate`]): `lb_xdp`'s stack frame cannot hold every step at once.
 #[inline(never)]
-fn resolve(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
-    forward::resolve(ctx, q, crate::maps::NEXT_HOPS.get_ptr_mut(backend_id), now)
+fn ask_fib(ctx: &impl Ctx, q: &Query<'_>, backend_id: u32, now: u64) -> Result<Hop, Verdict> {
+    forward::ask_fib(ctx, q, crate::maps::NEXT_HOPS.get_ptr_mut(backend_id), now)
 }
 
 /// The outer headers of one packet, as [`to_backend`] works them out: their family
@@ -259,10 +275,17 @@ impl Outer<'_> {
 /// Grows the frame by the `outer` headers and writes them, to `backend`; the frame's
 /// (moved) Ethernet header, or null if the frame cannot grow.
 ///
-/// Not inlined: a BPF function of its own has a stack frame of its own, and
-/// `lb_xdp`'s cannot hold every step at once (at most five arguments).
+/// The TC programs' call: a BPF function of its own has a stack frame of its own,
+/// and theirs cannot hold every step at once (at most five arguments). XDP inlines
+/// the body, [`write_outer`] (see [`to_backend`]).
 #[inline(never)]
 fn encapsulate(ctx: &impl Ctx, pkt: &Packet, outer: &Outer<'_>, backend: &Backend) -> *mut EthHdr {
+    write_outer(ctx, pkt, outer, backend)
+}
+
+/// The body of [`encapsulate`].
+#[inline(always)]
+fn write_outer(ctx: &impl Ctx, pkt: &Packet, outer: &Outer<'_>, backend: &Backend) -> *mut EthHdr {
     let (outer6, gue) = (outer.outer6, outer.gue);
     let ip_len = outer.ip_len();
     let overhead = outer.overhead();
@@ -410,9 +433,15 @@ fn write_udp(ctx: &impl Ctx, at: usize, cfg: &TunnelConfig, inner_len: u16, mix:
 }
 
 /// Lowers a SYN's MSS option (first option slot) to what `room` bytes of IP leave,
-/// updating the TCP checksum. (Not inlined, as [`too_big`].)
+/// updating the TCP checksum. TC's call (as [`encapsulate`]); XDP inlines [`clamp`].
 #[inline(never)]
 fn clamp_mss(ctx: &impl Ctx, pkt: &Packet, room: u32) {
+    clamp(ctx, pkt, room);
+}
+
+/// The body of [`clamp_mss`].
+#[inline(always)]
+fn clamp(ctx: &impl Ctx, pkt: &Packet, room: u32) {
     let headers = if pkt.ipv6 { IPV6_LEN } else { IPV4_LEN } as u32 + 20;
     let Some(most) = room.checked_sub(headers) else {
         return;
