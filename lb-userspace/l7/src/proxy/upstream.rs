@@ -56,8 +56,8 @@ use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-pub(crate) use codec::Framing;
 pub use codec::HeadMode;
+pub(crate) use codec::{Framing, decimal};
 pub(crate) use error::{ClientError, Malformed};
 pub(crate) use raw::RawHead;
 

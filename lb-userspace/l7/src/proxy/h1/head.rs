@@ -319,18 +319,8 @@ fn build(head: &Bytes, spans: &Spans, mut headers: HeaderMap) -> Result<Parsed, 
 /// A Content-Length value: digits only, no sign, no blanks, no overflow (hyper's
 /// rule; a list of equal values is refused too).
 pub(crate) fn content_length_of(value: &HeaderValue) -> Option<u64> {
-    let b = value.as_bytes();
-    if b.is_empty() {
-        return None;
-    }
     // Any number of digits (leading zeros too, as hyper reads them), within `u64`.
-    b.iter().try_fold(0u64, |n, &c| {
-        if c.is_ascii_digit() {
-            n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
-        } else {
-            None
-        }
-    })
+    crate::proxy::upstream::decimal(value.as_bytes())
 }
 
 /// Whether the last coding of a Transfer-Encoding value is `chunked`.

@@ -536,7 +536,7 @@ pub(crate) fn add_length_bytes(value: &[u8], length: &mut Result<Option<u64>, Ma
 }
 
 /// Digits only (no sign, no blank), within `u64`.
-fn decimal(digits: &[u8]) -> Option<u64> {
+pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() {
         return None;
     }
