@@ -85,6 +85,10 @@ const MIN_SPARE: usize = 2 * 1024;
 /// The largest read while a body streams in.
 const MAX_READ_SIZE: usize = 64 * 1024;
 
+/// What a connection reads and drops, at most, after refusing a head (see
+/// `Connection::poll_refusing`).
+const LINGER_MAX: usize = 256 * 1024;
+
 /// A response body that may carry its head's fields as a backend wrote them
 /// ([`crate::proxy::upstream::HeadMode::Raw`]), written to the client as they came.
 pub(crate) trait RawFields {
@@ -185,6 +189,10 @@ pub(crate) struct Connection<S, F, B> {
     broken: bool,
     /// The client sent something while the handler ran (stop watching for a close).
     peeked: bool,
+    /// A refused connection has said all it will and reads what is left.
+    lingering: bool,
+    /// Bytes read and dropped while lingering.
+    lingered: usize,
     read_size: usize,
 }
 
@@ -216,6 +224,8 @@ where
             shutdown: false,
             broken: false,
             peeked: false,
+            lingering: false,
+            lingered: 0,
             read_size: READ_SIZE,
         }
     }
@@ -277,6 +287,7 @@ where
                     Ok(None) => {}
                     Err(e) => {
                         self.wbuf.clear();
+                        self.wbuf_written = 0;
                         respond::refusal(e.status(), &mut self.wbuf);
                         self.state = State::Refusing(e);
                         return Poll::Ready(Ok(None));
@@ -605,16 +616,33 @@ where
     }
 
     /// Writes the refusal, then closes.
+    ///
+    /// Then it reads and drops what the client still sends, until the client closes,
+    /// [`LINGER_MAX`] bytes, or [`Connection::graceful_shutdown`] (the connection's
+    /// head and idle timers): closing a socket with unread bytes resets the
+    /// connection, and the client may lose the answer with it (nginx's lingering
+    /// close).
     fn poll_refusing(&mut self, cx: &mut Context<'_>) -> Poll<Result<Ended, ConnError>> {
         while self.wbuf_written < self.wbuf.len() {
             let Some(io) = self.io.as_mut() else { break };
             match ready!(Pin::new(io).poll_write(cx, &self.wbuf[self.wbuf_written..])) {
                 Ok(n) if n > 0 => self.wbuf_written += n,
-                _ => break,
+                _ => self.wbuf_written = self.wbuf.len(),
             }
         }
-        if let Some(io) = self.io.as_mut() {
-            let _ = ready!(Pin::new(io).poll_shutdown(cx));
+        if !self.lingering {
+            if let Some(io) = self.io.as_mut() {
+                let _ = ready!(Pin::new(io).poll_shutdown(cx));
+            }
+            self.lingering = true;
+            self.lingered = 0;
+        }
+        while self.lingered < LINGER_MAX && !self.shutdown {
+            self.rbuf.clear();
+            match ready!(self.poll_fill(cx)) {
+                Ok(n) if n > 0 => self.lingered += n,
+                _ => break,
+            }
         }
         let State::Refusing(e) = std::mem::replace(&mut self.state, State::Done) else {
             return Poll::Ready(Ok(Ended::Closed));

@@ -607,3 +607,43 @@ async fn a_connection_closed_mid_head_is_incomplete_and_one_closed_between_reque
     drop(TcpStream::connect(addr).await.expect("connect"));
     assert!(matches!(task.await.expect("join"), Ok(Ended::Closed)));
 }
+
+/// A client refused while it still sends gets the answer and a clean close: the
+/// connection reads and drops what follows before it closes. A socket closed with
+/// unread bytes resets the connection: the client's next writes fail, and a client
+/// whose stack drops unread data on a reset (not Linux's) loses the 431 with it.
+#[tokio::test]
+async fn a_refused_client_still_sending_gets_the_answer_and_no_reset() {
+    let (addr, task) = serve(LIMITS, echo).await;
+    let (mut r, mut w) = TcpStream::connect(addr)
+        .await
+        .expect("connect")
+        .into_split();
+    let writer = tokio::spawn(async move {
+        w.write_all(b"GET / HTTP/1.1\r\nX-Big: ").await?;
+        let chunk = vec![b'a'; 16 * 1024];
+        // Ten times the head limit, far more than the sockets' buffers hold.
+        for _ in 0..10 {
+            w.write_all(&chunk).await?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        w.write_all(b"\r\n\r\n").await?;
+        w.shutdown().await
+    });
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), r.read_to_end(&mut got))
+        .await
+        .expect("closed within 5 s");
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        "{text:?}"
+    );
+    assert!(read.is_ok(), "closed, not reset: {read:?}");
+    let written = writer.await.expect("join");
+    assert!(
+        written.is_ok(),
+        "every byte the client sent was taken: {written:?}"
+    );
+    assert!(matches!(task.await.expect("join"), Err(ConnError::Head(_))));
+}
