@@ -321,6 +321,60 @@ fn silent_connections_close_at_the_header_timeout_not_the_idle_timeout() {
     });
 }
 
+/// A client whose head was refused and which keeps its connection open (it goes on
+/// sending and never closes): the proxy reads and drops what it sends for a while (a
+/// lingering close, so that the 4xx is not lost to a reset), and the head timer still
+/// ends the connection, which counts as malformed once.
+#[test]
+fn a_refused_client_that_holds_on_is_closed_at_the_header_timeout_and_counted() {
+    lb_testbed::needs_root!();
+    namespace().run(|| {
+        let rt = runtime();
+        let ms = lb_model::config::DurationText::Millis;
+        let config = L7Config {
+            header_timeout: ms(300),
+            idle_timeout: ms(30_000),
+            ..L7Config::default()
+        };
+        let (proxy, _backend) = one_backend_proxy(&rt, &config);
+        let (_, _, before, _) = proxy.connection_counts();
+        rt.block_on(async {
+            let mut s = tokio::net::TcpStream::connect(vip(80))
+                .await
+                .expect("connect");
+            let started = std::time::Instant::now();
+            s.write_all(b"GARBAGE\r\n\r\n").await.expect("write");
+            // The answer, and the proxy's half of the close.
+            let mut got = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+            assert!(matches!(read, Ok(Ok(_))), "{read:?}");
+            let text = String::from_utf8_lossy(&got);
+            assert!(text.starts_with("HTTP/1.1 400"), "{text:?}");
+            // The client goes on sending; the proxy reads it until the head timer ends
+            // the connection, and then a write fails.
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if s.write_all(b"y").await.is_err() {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "still taking bytes after 5 s"
+                );
+            }
+            assert!(
+                started.elapsed() >= Duration::from_millis(250),
+                "read on until the head timer: {:?}",
+                started.elapsed()
+            );
+            // Counted as the connection ended, while this client still holds its end.
+            let (_, _, after, _) = proxy.connection_counts();
+            assert_eq!(after, before + 1, "one malformed head");
+        });
+        proxy.shutdown();
+    });
+}
+
 /// After a response, a keep-alive HTTP/1.1 connection has `header_timeout` for its
 /// next head, counted from the end of that response: one that sends nothing, or only
 /// part of a head, is closed then (not at the idle timeout, and not counted as an

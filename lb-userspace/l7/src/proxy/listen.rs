@@ -322,6 +322,14 @@ async fn serve(
         }
     };
     activity.leave_pending();
+    // A head refused while the connection still read what the client sent after it
+    // (`h1`'s lingering close) when a timer ended the connection: counted as refused.
+    let result = match (result, &conn) {
+        (Ok(()), Proto::H1(c)) => c
+            .refused()
+            .map_or(Ok(()), |e| Err(ServeError::H1(e.into()))),
+        (r, _) => r,
+    };
     if let Err(e) = result {
         note_error(&shared, &named.name, peer, &e);
     }

@@ -230,6 +230,15 @@ where
         }
     }
 
+    /// The head this connection refused, while it still reads what the client sends
+    /// after it (see `poll_refusing`).
+    pub(crate) fn refused(&self) -> Option<HeadError> {
+        match self.state {
+            State::Refusing(e) => Some(e),
+            _ => None,
+        }
+    }
+
     /// Closes between requests: at once if no whole head has come, else after the
     /// answer.
     pub(crate) fn graceful_shutdown(&mut self) {
