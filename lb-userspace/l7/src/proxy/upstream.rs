@@ -57,7 +57,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 pub use codec::HeadMode;
-pub(crate) use codec::{Framing, decimal};
+pub(crate) use codec::{Framing, decimal, has_token};
 pub(crate) use error::{ClientError, Malformed};
 pub(crate) use raw::RawHead;
 

@@ -386,8 +386,12 @@ pub(crate) fn oracle(raw: &[u8], parsed: &head::Parsed, limits: HeadLimits) {
     // Keep-alive: HTTP/1.1 unless a Connection field says close; HTTP/1.0 only if
     // one says keep-alive and none close; never with both framing fields.
     let connection = all(&header::CONNECTION);
-    let close = connection.iter().any(|v| head::has_token(v, b"close"));
-    let keep = connection.iter().any(|v| head::has_token(v, b"keep-alive"));
+    let close = connection
+        .iter()
+        .any(|v| crate::proxy::upstream::has_token(v, b"close"));
+    let keep = connection
+        .iter()
+        .any(|v| crate::proxy::upstream::has_token(v, b"keep-alive"));
     let keep_alive = !close && (http11 || keep) && !(!te.is_empty() && !cl.is_empty());
     assert_eq!(parsed.keep_alive, keep_alive, "keep-alive");
     // Only HTTP/1.1's counts (RFC 9110 §10.1.1).

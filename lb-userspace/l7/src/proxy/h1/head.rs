@@ -20,6 +20,8 @@ use std::mem::MaybeUninit;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version, header};
 
+use crate::proxy::upstream::has_token;
+
 /// The longest request target hyper accepted; ours is the same.
 const MAX_URI: usize = (u16::MAX - 1) as usize;
 
@@ -330,12 +332,4 @@ pub(crate) fn last_coding_is_chunked(value: &HeaderValue) -> bool {
         .rsplit(|&b| b == b',')
         .next()
         .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-}
-
-/// Whether a comma-separated list holds `token` (without case).
-pub(crate) fn has_token(value: &HeaderValue, token: &[u8]) -> bool {
-    value
-        .as_bytes()
-        .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }

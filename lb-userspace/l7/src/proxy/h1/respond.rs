@@ -17,8 +17,8 @@
 
 use http::{HeaderMap, Method, StatusCode, Version, header, response::Parts};
 
-use super::{date, head::has_token};
-use crate::proxy::upstream::{Framing, RawHead};
+use super::date;
+use crate::proxy::upstream::{Framing, RawHead, has_token};
 
 /// What answering a request depends on, from its head.
 #[derive(Clone, Copy, Debug)]

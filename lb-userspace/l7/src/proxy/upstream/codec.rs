@@ -408,8 +408,8 @@ fn fill(
         let value = HeaderValue::from_maybe_shared(bytes.slice(s.value.0..s.value.1))
             .map_err(|_| Malformed::Header("value"))?;
         if name == header::CONNECTION {
-            close |= has_token(&value, "close");
-            keep_alive |= has_token(&value, "keep-alive");
+            close |= has_token(&value, b"close");
+            keep_alive |= has_token(&value, b"keep-alive");
             if drop_hop_by_hop && !lists_only_hop_by_hop(&value) {
                 strip = true;
                 headers.append(name, value);
@@ -550,8 +550,8 @@ pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
 }
 
 /// Whether a comma-separated header value lists `token` (ASCII case-insensitively).
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    has_token_bytes(value.as_bytes(), token.as_bytes())
+pub(crate) fn has_token(value: &HeaderValue, token: &[u8]) -> bool {
+    has_token_bytes(value.as_bytes(), token)
 }
 
 /// [`has_token`] of a value's bytes.
