@@ -138,12 +138,19 @@ pub(crate) fn lists_only_hop_by_hop_bytes(value: &[u8]) -> bool {
     })
 }
 
-/// Whether a name Connection lists is one [`strip_hop_by_hop`] removes in any case
-/// (told apart by its length first, as [`hop_by_hop_index`] does).
+/// Whether a name Connection lists is one [`strip_hop_by_hop`] removes in any case.
 fn goes_anyway(token: &str) -> bool {
-    token.len() < 32
-        && HOP_BY_HOP_LENGTHS & (1 << token.len()) != 0
-        && HOP_BY_HOP.iter().any(|n| n.eq_ignore_ascii_case(token))
+    is_hop_by_hop_text(token.as_bytes())
+}
+
+/// Whether a field name, as a head spells it (any case), is one of [`HOP_BY_HOP`]
+/// (told apart by its length first, as [`hop_by_hop_index`] does).
+pub(crate) fn is_hop_by_hop_text(name: &[u8]) -> bool {
+    name.len() < 32
+        && HOP_BY_HOP_LENGTHS & (1 << name.len()) != 0
+        && HOP_BY_HOP
+            .iter()
+            .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// A client connection's address, with its X-Forwarded-For value.

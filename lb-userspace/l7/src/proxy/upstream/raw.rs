@@ -57,7 +57,8 @@ enum Kind {
     ContentLength,
     TransferEncoding,
     Connection,
-    /// Hop-by-hop, other than the two above: dropped.
+    /// Hop-by-hop ([`crate::proxy::headers`]' list), other than the two above:
+    /// dropped.
     HopByHop,
 }
 
@@ -69,12 +70,7 @@ fn kind(name: &[u8]) -> Kind {
         14 if is("content-length") => Kind::ContentLength,
         17 if is("transfer-encoding") => Kind::TransferEncoding,
         10 if is("connection") => Kind::Connection,
-        10 if is("keep-alive") => Kind::HopByHop,
-        2 if is("te") => Kind::HopByHop,
-        7 if is("trailer") || is("upgrade") => Kind::HopByHop,
-        16 if is("proxy-connection") => Kind::HopByHop,
-        18 if is("proxy-authenticate") => Kind::HopByHop,
-        19 if is("proxy-authorization") => Kind::HopByHop,
+        _ if crate::proxy::headers::is_hop_by_hop_text(name) => Kind::HopByHop,
         _ => Kind::Plain,
     }
 }
