@@ -149,15 +149,6 @@ impl ProxyBody {
         }
     }
 
-    /// The backend response head's fields as they came, if they were left in its
-    /// bytes for an HTTP/1 client ([`super::upstream::HeadMode::Raw`]).
-    pub(crate) fn take_raw_head(&mut self) -> Option<super::upstream::RawHead> {
-        match &mut self.inner {
-            Inner::Upstream { body, .. } => body.take_raw_head(),
-            Inner::Full(_) => None,
-        }
-    }
-
     fn done(&mut self) {
         if let Some(f) = self.finish.take() {
             if let Some(log) = f.log {
@@ -165,6 +156,17 @@ impl ProxyBody {
                 LogRecord::recycle(log);
             }
             f.activity.request_done();
+        }
+    }
+}
+
+/// The backend response head's fields as they came, if they were left in its bytes
+/// for an HTTP/1 client ([`super::upstream::HeadMode::Raw`]).
+impl super::h1::RawFields for ProxyBody {
+    fn take_raw_head(&mut self) -> Option<super::upstream::RawHead> {
+        match &mut self.inner {
+            Inner::Upstream { body, .. } => body.take_raw_head(),
+            Inner::Full(_) => None,
         }
     }
 }

@@ -209,13 +209,7 @@ async fn serve(
             max_bytes: limits.max_header_bytes,
             max_fields: limits.max_headers,
         };
-        h1::Connection::new(stream, head, move |req| {
-            let conn = Arc::clone(&conn);
-            async move {
-                let activity = Arc::clone(&conn.activity);
-                conn.service.handle(req, &conn.client, activity).await
-            }
-        })
+        h1::Connection::new(stream, head, move |req| Arc::clone(&conn).serve(req))
     };
     // h2c with prior knowledge: hyper's HTTP/2 server takes the socket, the preface
     // read so far put back in front of it.
@@ -369,12 +363,8 @@ fn h2_service(
     > + Send,
 > + Clone {
     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-        let conn = Arc::clone(&conn);
-        async move {
-            let activity = Arc::clone(&conn.activity);
-            let req = req.map(ClientBody::Hyper);
-            Ok(conn.service.handle(req, &conn.client, activity).await)
-        }
+        let serving = Arc::clone(&conn).serve(req.map(ClientBody::Hyper));
+        async move { Ok(serving.await) }
     })
 }
 
@@ -383,6 +373,17 @@ struct Serving {
     service: Arc<ServiceState>,
     activity: Arc<Activity>,
     client: Peer,
+}
+
+impl Serving {
+    /// One request of the connection, from either protocol's server.
+    async fn serve(
+        self: Arc<Self>,
+        req: http::Request<ClientBody>,
+    ) -> http::Response<super::body::ProxyBody> {
+        let activity = Arc::clone(&self.activity);
+        self.service.handle(req, &self.client, activity).await
+    }
 }
 
 /// The connection, in the protocol it turned out to speak.

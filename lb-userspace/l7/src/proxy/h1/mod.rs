@@ -62,7 +62,6 @@ use respond::{Asked, BodySize, Plan};
 pub use upgrade::{OnUpgrade, Upgraded};
 
 use super::{
-    body::ProxyBody,
     client_body::ClientBody,
     upstream::RawHead,
     upstream::chunked,
@@ -95,12 +94,6 @@ pub(crate) trait RawFields {
     /// The fields, once.
     fn take_raw_head(&mut self) -> Option<RawHead> {
         None
-    }
-}
-
-impl RawFields for ProxyBody {
-    fn take_raw_head(&mut self) -> Option<RawHead> {
-        ProxyBody::take_raw_head(self)
     }
 }
 
