@@ -276,26 +276,27 @@ pub(crate) fn write_fields(headers: &HeaderMap, fwd: Option<Forwarded<'_>>, out:
             }
             proto |= *name == X_FORWARDED_PROTO;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        write_field(name.as_str(), value.as_bytes(), out);
     }
     if let Some(f) = fwd {
         if in_for {
             close_forwarded_for(f.client, out);
         }
         if !joined {
-            out.extend_from_slice(b"x-forwarded-for: ");
-            out.extend_from_slice(f.client.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            write_field(X_FORWARDED_FOR.as_str(), f.client.as_bytes(), out);
         }
         if !proto {
-            out.extend_from_slice(b"x-forwarded-proto: ");
-            out.extend_from_slice(f.proto.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            write_field(X_FORWARDED_PROTO.as_str(), f.proto.as_bytes(), out);
         }
     }
+}
+
+/// Appends one field line: `name: value` and CRLF.
+pub(crate) fn write_field(name: &str, value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Ends a joined X-Forwarded-For line with the client.

@@ -4,9 +4,9 @@
 //! Why not hyper's server: per request it parses the head into its own message type
 //! and a fresh header map, runs its dispatcher's state machines for reading, writing
 //! and keep-alive around the handler, and re-encodes the answer's head from the map
-//! with its own buffering: about 10,000 of the proxy's 24,000 instructions per
-//! proxied request (callgrind), and its read buffer cost one of the two allocations
-//! left per request. This connection does what the proxy needs in one loop: the
+//! with its own buffering: about 8,500 of the proxy's 23,900 instructions per
+//! proxied request (callgrind), and its read buffer cost both allocations left per
+//! request. This connection does what the proxy needs in one loop: the
 //! head is parsed straight into `http`'s types ([`head`]), the handler's future is
 //! polled in place (one box for the connection's life), and the answer's head and
 //! first body bytes go out in one `writev` ([`respond`], [`crate::proxy::writer`]).
@@ -385,10 +385,7 @@ where
             match Pin::new(io).poll_write(cx, &self.wbuf[self.wbuf_written..]) {
                 Poll::Ready(Ok(n)) if n > 0 => self.wbuf_written += n,
                 Poll::Ready(_) => {
-                    feed.end(Err(BodyError::Io(io::ErrorKind::WriteZero)));
-                    self.broken = true;
-                    self.reader = Reader::Idle;
-                    return true;
+                    return self.body_failed(&feed, BodyError::Io(io::ErrorKind::WriteZero));
                 }
                 Poll::Pending => return false,
             }
@@ -425,28 +422,31 @@ where
                         return true;
                     }
                     Ok(chunked::Decoded::More) => {}
-                    Err(e) => {
-                        feed.end(Err(BodyError::Malformed(e)));
-                        self.broken = true;
-                        self.reader = Reader::Idle;
-                        return true;
-                    }
+                    Err(e) => return self.body_failed(&feed, BodyError::Malformed(e)),
                 },
             }
             match self.poll_fill(cx) {
                 Poll::Pending => return false,
                 Poll::Ready(Ok(n)) if n > 0 => {}
                 Poll::Ready(r) => {
-                    feed.end(Err(match r {
+                    let e = match r {
                         Err(e) => BodyError::Io(e.kind()),
                         Ok(_) => BodyError::Closed,
-                    }));
-                    self.broken = true;
-                    self.reader = Reader::Idle;
-                    return true;
+                    };
+                    return self.body_failed(&feed, e);
                 }
             }
         }
+    }
+
+    /// The request body cannot be read on: its reader is told why, the connection
+    /// stops reading it and closes after the answer. `true`, as [`Self::drive_body`]
+    /// says when something was handed over.
+    fn body_failed(&mut self, feed: &Feed, e: BodyError) -> bool {
+        feed.end(Err(e));
+        self.broken = true;
+        self.reader = Reader::Idle;
+        true
     }
 
     /// Whether the request body has been read off the connection whole, once what
@@ -603,7 +603,6 @@ where
             if let Some(stream) = self.io.take() {
                 let _ = tx.send(Upgraded { stream, read });
             }
-            self.state = State::Done;
             return Poll::Ready(Ok(Some(Ended::Closed)));
         }
         let body_read = !self.has_body || !self.broken && self.skip_buffered_body();
@@ -611,15 +610,13 @@ where
             if let Some(feed) = &self.feed {
                 feed.end(Err(BodyError::Abandoned));
             }
-            self.state = State::Done;
             return Poll::Ready(Ok(Some(Ended::Closed)));
         }
         Poll::Ready(Ok(None))
     }
 
-    /// Writes the refusal, then closes.
-    ///
-    /// Then it reads and drops what the client still sends, until the client closes,
+    /// Writes the refusal and its FIN, then reads and drops what the client still
+    /// sends before closing: until the client closes,
     /// [`LINGER_MAX`] bytes, or [`Connection::graceful_shutdown`] (the connection's
     /// head and idle timers): closing a socket with unread bytes resets the
     /// connection, and the client may lose the answer with it (nginx's lingering

@@ -18,7 +18,10 @@
 use http::{HeaderMap, Method, StatusCode, Version, header, response::Parts};
 
 use super::date;
-use crate::proxy::upstream::{Framing, RawHead, has_token};
+use crate::proxy::{
+    headers::write_field,
+    upstream::{Framing, RawHead, has_token},
+};
 
 /// What answering a request depends on, from its head.
 #[derive(Clone, Copy, Debug)]
@@ -120,7 +123,7 @@ pub(crate) fn encode(
                     continue;
                 }
                 wrote_length = true;
-                field(name.as_str(), value.as_bytes(), out);
+                write_field(name.as_str(), value.as_bytes(), out);
                 if !super::head::last_coding_is_chunked(value) {
                     // The coding we send is chunked, whatever else the field says.
                     out.truncate(out.len() - 2);
@@ -131,7 +134,7 @@ pub(crate) fn encode(
             header::DATE => wrote_date = true,
             _ => {}
         }
-        field(name.as_str(), value.as_bytes(), out);
+        write_field(name.as_str(), value.as_bytes(), out);
     }
     match framing.1 {
         Source::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
@@ -248,13 +251,6 @@ fn status_line(parts: &Parts, version: Version, out: &mut Vec<u8>) {
                 .as_bytes(),
         ),
     }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn field(name: &str, value: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 
