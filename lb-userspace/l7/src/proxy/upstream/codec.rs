@@ -333,14 +333,7 @@ fn parse_one(
         .then(|| super::raw::take(&bytes, spans, version == Version::HTTP_11))
         .flatten();
     let (seen, raw) = match raw {
-        Some((raw, seen)) => (
-            Seen {
-                keep_alive: seen.keep_alive,
-                chunked: seen.chunked,
-                length: seen.length,
-            },
-            Some(raw),
-        ),
+        Some((raw, seen)) => (seen, Some(raw)),
         None => (
             fill(
                 headers,
@@ -375,16 +368,16 @@ fn parse_one(
     })))
 }
 
-/// What [`fill`] saw of the fields that say how the body is framed and whether the
-/// connection stays open, noted as each field went into the map: looking them up
-/// again afterwards cost two hashed lookups per response.
-struct Seen {
+/// What [`fill`] (or [`super::raw::take`]) saw of the fields that say how the body
+/// is framed and whether the connection stays open, noted as each field went by:
+/// looking them up again afterwards cost two hashed lookups per response.
+pub(crate) struct Seen {
     /// HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`.
-    keep_alive: bool,
+    pub keep_alive: bool,
     /// `Some`: a Transfer-Encoding came; whether its last value ends with `chunked`.
-    chunked: Option<bool>,
+    pub chunked: Option<bool>,
     /// The Content-Length the head's values agree on ([`add_length`]).
-    length: Result<Option<u64>, Malformed>,
+    pub length: Result<Option<u64>, Malformed>,
 }
 
 /// Puts the head's fields into `headers`, noting what [`framing`] needs ([`Seen`]).

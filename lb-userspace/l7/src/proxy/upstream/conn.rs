@@ -49,6 +49,7 @@ use super::{
 };
 use crate::proxy::{
     body::UpBody,
+    client_body::ClientBodyError,
     headers::Forwarded,
     writer::{WriteError, Writer},
 };
@@ -220,16 +221,13 @@ impl Conn {
                 Poll::Ready(Ok(())) => *writer = None,
                 // The backend may still answer (it stopped reading, say, after an
                 // early 413): its answer counts, not the failed write.
-                Poll::Ready(Err(WriteError::Io(e))) => {
-                    *writer = None;
-                    *write_error = Some(e);
-                }
-                Poll::Ready(Err(WriteError::Body(e))) => {
-                    return Poll::Ready(Err(ClientError::RequestBody(e)));
-                }
-                Poll::Ready(Err(WriteError::Length)) => {
-                    return Poll::Ready(Err(ClientError::RequestBodyLength));
-                }
+                Poll::Ready(Err(e)) => match socket_failure(e) {
+                    Ok(e) => {
+                        *writer = None;
+                        *write_error = Some(e);
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                },
                 Poll::Pending => {}
             }
         }
@@ -301,6 +299,16 @@ impl Kind {
             Kind::Chunked(d) => d.is_end(),
             _ => false,
         }
+    }
+}
+
+/// How writing a request failed: `Ok` with the socket's error (the backend may still
+/// answer), or `Err` with the client error its body's failure is.
+fn socket_failure(e: WriteError<ClientBodyError>) -> Result<io::Error, ClientError> {
+    match e {
+        WriteError::Io(e) => Ok(e),
+        WriteError::Body(e) => Err(ClientError::RequestBody(e)),
+        WriteError::Length => Err(ClientError::RequestBodyLength),
     }
 }
 
@@ -393,16 +401,13 @@ impl Body for ResponseBody {
                 match w.poll(cx, &mut conn.stream, &mut conn.wbuf) {
                     Poll::Ready(Ok(())) => this.writer = None,
                     // Reading the response goes on; the connection is not reused.
-                    Poll::Ready(Err(WriteError::Io(_))) => {
-                        this.writer = None;
-                        this.reusable = false;
-                    }
-                    Poll::Ready(Err(WriteError::Body(e))) => {
-                        return this.fail(ClientError::RequestBody(e));
-                    }
-                    Poll::Ready(Err(WriteError::Length)) => {
-                        return this.fail(ClientError::RequestBodyLength);
-                    }
+                    Poll::Ready(Err(e)) => match socket_failure(e) {
+                        Ok(_) => {
+                            this.writer = None;
+                            this.reusable = false;
+                        }
+                        Err(e) => return this.fail(e),
+                    },
                     Poll::Pending => {}
                 }
             }

@@ -16,8 +16,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use smallvec::SmallVec;
 
-use super::codec::{Span, add_length_bytes, ends_chunked_bytes, has_token_bytes};
-use super::error::Malformed;
+use super::codec::{Seen, Span, add_length_bytes, ends_chunked_bytes, has_token_bytes};
 
 /// The fields of a response head that go to the client as they came.
 #[derive(Clone, Debug)]
@@ -75,14 +74,6 @@ fn kind(name: &[u8]) -> Kind {
     }
 }
 
-/// What the raw pass saw of the fields that frame the body and keep the connection.
-#[derive(Debug)]
-pub(crate) struct RawSeen {
-    pub keep_alive: bool,
-    pub chunked: Option<bool>,
-    pub length: Result<Option<u64>, Malformed>,
-}
-
 /// Whether a response to `method` with `status` may go raw.
 pub(crate) fn ordinary(status: StatusCode, method: &Method) -> bool {
     !(status.is_informational()
@@ -94,7 +85,7 @@ pub(crate) fn ordinary(status: StatusCode, method: &Method) -> bool {
 
 /// The raw head of `head` (whose fields are at `spans`), with what frames its body;
 /// `None` when it must go through the map (module docs).
-pub(crate) fn take(head: &Bytes, spans: &[Span], http11: bool) -> Option<(RawHead, RawSeen)> {
+pub(crate) fn take(head: &Bytes, spans: &[Span], http11: bool) -> Option<(RawHead, Seen)> {
     let mut ranges: SmallVec<[(u32, u32); 4]> = SmallVec::new();
     let mut keep_alive = http11;
     let mut close = false;
@@ -155,7 +146,7 @@ pub(crate) fn take(head: &Bytes, spans: &[Span], http11: bool) -> Option<(RawHea
     };
     Some((
         raw,
-        RawSeen {
+        Seen {
             keep_alive: keep_alive && !close,
             chunked,
             length,
