@@ -502,14 +502,18 @@ where
     /// Polls the handler; on its answer, starts writing it.
     fn poll_handling(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ended>> {
         loop {
-            if let Some(feed) = &self.feed {
+            // Only a request with a body has its feed told: the feed a connection
+            // keeps from an earlier body is no business of a bodiless request's
+            // polls (two lock round trips each).
+            let feed = self.feed.as_ref().filter(|_| self.has_body);
+            if let Some(feed) = feed {
                 feed.conn_polling(Some(cx.waker()));
             }
             let polled = match self.handling.as_mut().as_pin_mut() {
                 Some(f) => f.poll(cx),
                 None => return Poll::Ready(Some(Ended::Closed)),
             };
-            if let Some(feed) = &self.feed {
+            if let Some(feed) = feed {
                 feed.conn_polling(None);
             }
             if let Poll::Ready(response) = polled {
