@@ -17,6 +17,7 @@ pub mod l7;
 pub mod lbd;
 pub mod netns;
 pub mod packet;
+pub mod relay;
 pub mod rng;
 pub mod routed;
 pub mod shape;

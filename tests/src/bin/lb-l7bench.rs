@@ -19,6 +19,11 @@
 //! access-log line per request written to a file); the plain route beside them shows
 //! what a route's first filter costs by itself.
 //!
+//! Beside the proxies, a byte relay with no HTTP in it ([`lb_testbed::relay`], one
+//! backend connection per client connection) on port 90: the same reads and writes per
+//! request and nothing else, so its requests/s are the ceiling of any user-space proxy
+//! on this machine, and each proxy's share of it says how much of its cost is its own.
+//!
 //! Figures are reported, never asserted.
 
 use std::{
@@ -39,6 +44,7 @@ use lb_testbed::{
     callgrind::{self, Route},
     is_root,
     lbd::TempDir,
+    relay::Relay,
 };
 
 #[global_allocator]
@@ -611,7 +617,14 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
     if !errors.is_empty() {
         return Err(format!("{errors:?}"));
     }
-    for port in [80, 81, 82, 83, 84, 85, 86, 87, 88, 89] {
+    // The ceiling: bytes relayed with no HTTP at all (`lb_testbed::relay`).
+    let _relay = Relay::start(
+        format!("{FRONT}:90").parse().map_err(|e| format!("{e}"))?,
+        BACKEND.parse().map_err(|e| format!("{e}"))?,
+        w,
+    )
+    .map_err(|e| format!("starting the byte relay: {e}"))?;
+    for port in [80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90] {
         wait_for(&format!("{FRONT}:{port}"))?;
     }
     wait_for(BACKEND)?;
@@ -629,7 +642,7 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
         };
         println!(
             "namespace {namespace}: lbd's proxy (pid {me}) on {FRONT}:80 and :85-89, nginx (master pid {}) on :81 and h2c :83, \
-             HAProxy (pid {}) on :82 and h2c :84, backend {BACKEND}; serving {until}",
+             HAProxy (pid {}) on :82 and h2c :84, byte relay (pid {me}) on :90, backend {BACKEND}; serving {until}",
             nginx_proxy.0.id(),
             haproxy.0.id(),
         );
@@ -656,6 +669,7 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
         ("lbd, access log on", 86, me),
         ("nginx 1.22", 81, nginx_proxy.0.id()),
         ("HAProxy 2.6", 82, haproxy.0.id()),
+        ("byte relay, no HTTP", 90, me),
     ];
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); targets.len()];
     // A short warm-up of each, then alternating rounds.
@@ -688,6 +702,14 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
         (rps[2] / rps[1] - 1.0) * 100.0,
         (rps[1] / rps[0] - 1.0) * 100.0
     );
+    let _ = writeln!(
+        out,
+        "share of the byte relay's requests/s (the ceiling of a user-space proxy here): ours {:.1}%, nginx {:.1}%, HAProxy {:.1}% (1.1× nginx would be {:.1}%)",
+        rps[0] / rps[5] * 100.0,
+        rps[3] / rps[5] * 100.0,
+        rps[4] / rps[5] * 100.0,
+        rps[3] * 1.1 / rps[5] * 100.0
+    );
     let per_round: Vec<String> = (0..opts.rounds)
         .map(|r| {
             let v: Vec<String> = runs.iter().map(|t| format!("{:.0}", t[r].rps)).collect();
@@ -696,7 +718,7 @@ fn run(opts: &Options, dir: &Path, namespace: &str) -> Result<String, String> {
         .collect();
     let _ = writeln!(
         out,
-        "each round, requests/s (ours / ours + filter / ours + log / nginx / HAProxy): {}",
+        "each round, requests/s (ours / ours + filter / ours + log / nginx / HAProxy / relay): {}",
         per_round.join("  ")
     );
 
