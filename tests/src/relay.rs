@@ -271,14 +271,33 @@ fn pump(from: &mut Side, to: &mut Side, buf: &mut [u8]) -> Pumped {
 #[cfg(test)]
 mod tests {
     use super::Relay;
-    use std::io::{Read as _, Write as _};
+    use std::{
+        io::{Read as _, Write as _},
+        net::{SocketAddr, TcpListener},
+    };
+
+    /// A relay of one worker on a free loopback port in front of `backend`, and that
+    /// port's address.
+    fn relay_to(backend: &TcpListener) -> (Relay, SocketAddr) {
+        let backend = backend.local_addr().expect("backend address");
+        // SO_REUSEPORT on port 0 would not tell the port: take a free one first.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let listen = SocketAddr::from(([127, 0, 0, 1], port));
+        (
+            Relay::start(listen, backend, 1).expect("relay starts"),
+            listen,
+        )
+    }
 
     /// Bytes go both ways through the relay, in order, over loopback, with more in
     /// flight than the sockets hold (so what waits for a slow receiver is kept).
     #[test]
     fn relays_both_ways() {
-        let backend = std::net::TcpListener::bind("127.0.0.1:0").expect("backend listens");
-        let backend_addr = backend.local_addr().expect("backend address");
+        let backend = TcpListener::bind("127.0.0.1:0").expect("backend listens");
+        let (_relay, listen) = relay_to(&backend);
         let echo = std::thread::spawn(move || {
             let (mut s, _) = backend.accept().expect("the relay connects");
             let mut buf = [0_u8; 4096];
@@ -290,13 +309,6 @@ mod tests {
                 total += n;
             }
         });
-        // SO_REUSEPORT on port 0 would not tell the port: take a free one first.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let _relay = Relay::start(listen, backend_addr, 1).expect("relay starts");
         let mut client = std::net::TcpStream::connect(listen).expect("client connects");
         let sent: Vec<u8> = (0..3_000_000_u32).map(|i| (i % 251) as u8).collect();
         let writer = {
@@ -315,14 +327,8 @@ mod tests {
     /// connection.
     #[test]
     fn a_close_on_one_side_closes_the_other() {
-        let backend = std::net::TcpListener::bind("127.0.0.1:0").expect("backend listens");
-        let backend_addr = backend.local_addr().expect("backend address");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let _relay = Relay::start(listen, backend_addr, 1).expect("relay starts");
+        let backend = TcpListener::bind("127.0.0.1:0").expect("backend listens");
+        let (_relay, listen) = relay_to(&backend);
         for _ in 0..2 {
             let mut client = std::net::TcpStream::connect(listen).expect("client connects");
             let (mut s, _) = backend.accept().expect("the relay connects");
