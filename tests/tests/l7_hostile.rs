@@ -283,18 +283,28 @@ fn connect_gets_405_and_broken_chunked_framing_gets_400() {
     });
 }
 
+/// A proxy in front of one echo backend whose connections get `header_ms` for a
+/// request head and an idle timeout far beyond it, so that a close shows which of the
+/// two ended the connection.
+fn header_timeout_proxy(
+    rt: &tokio::runtime::Runtime,
+    header_ms: u64,
+) -> (lb_l7::proxy::Proxy, EchoBackend) {
+    let ms = lb_model::config::DurationText::Millis;
+    let config = L7Config {
+        header_timeout: ms(header_ms),
+        idle_timeout: ms(30_000),
+        ..L7Config::default()
+    };
+    one_backend_proxy(rt, &config)
+}
+
 #[test]
 fn silent_connections_close_at_the_header_timeout_not_the_idle_timeout() {
     lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
-        let ms = lb_model::config::DurationText::Millis;
-        let config = L7Config {
-            header_timeout: ms(300),
-            idle_timeout: ms(30_000),
-            ..L7Config::default()
-        };
-        let (proxy, _backend) = one_backend_proxy(&rt, &config);
+        let (proxy, _backend) = header_timeout_proxy(&rt, 300);
         rt.block_on(async {
             // Nothing at all; the first bytes of the HTTP/2 preface; the whole preface
             // and SETTINGS but no request.
@@ -330,13 +340,7 @@ fn a_refused_client_that_holds_on_is_closed_at_the_header_timeout_and_counted() 
     lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
-        let ms = lb_model::config::DurationText::Millis;
-        let config = L7Config {
-            header_timeout: ms(300),
-            idle_timeout: ms(30_000),
-            ..L7Config::default()
-        };
-        let (proxy, _backend) = one_backend_proxy(&rt, &config);
+        let (proxy, _backend) = header_timeout_proxy(&rt, 300);
         let (_, _, before, _) = proxy.connection_counts();
         rt.block_on(async {
             let mut s = tokio::net::TcpStream::connect(vip(80))
@@ -384,13 +388,7 @@ fn later_heads_get_the_header_timeout_from_the_previous_response() {
     lb_testbed::needs_root!();
     namespace().run(|| {
         let rt = runtime();
-        let ms = lb_model::config::DurationText::Millis;
-        let config = L7Config {
-            header_timeout: ms(400),
-            idle_timeout: ms(30_000),
-            ..L7Config::default()
-        };
-        let (proxy, _backend) = one_backend_proxy(&rt, &config);
+        let (proxy, _backend) = header_timeout_proxy(&rt, 400);
         rt.block_on(async {
             let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
             // Reads one whole response (this backend's have a Content-Length).
