@@ -22,7 +22,6 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::Duration,
 };
 
 use mio::{
@@ -146,10 +145,9 @@ impl Worker {
             return;
         }
         while !stop.load(Ordering::Relaxed) {
-            if let Err(e) = self
-                .poll
-                .poll(&mut events, Some(Duration::from_millis(500)))
-            {
+            // No timeout: the waker is what ends the wait when the relay stops, so an
+            // idle relay costs nothing (it runs inside the process callgrind counts).
+            if let Err(e) = self.poll.poll(&mut events, None) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -171,7 +169,8 @@ impl Worker {
                 return;
             };
             // A backend that cannot be reached closes the client: it is the relay's
-            // only answer.
+            // only answer. The connect blocks the worker; backends are on loopback
+            // and the load generator opens its connections before it measures.
             let Ok(backend) = std::net::TcpStream::connect(self.backend) else {
                 continue;
             };
